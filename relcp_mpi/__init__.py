@@ -1,0 +1,12 @@
+"""relcp_mpi: MPI-parallel simulation of smooth rigid bodies in nonsmooth contact (ReLCP).
+
+Two engines share the package:
+
+* the ReLCP time stepper (``relcp_mpi.stepper``), overdamped, PETSc-backed BBPGD contact solver;
+* the certified event-driven sphere engine (``relcp_mpi.events``).
+
+Units are whatever the input deck uses consistently (length L, time T, viscosity mu);
+docstrings state shapes of arrays as ``(n, 3)`` etc.
+"""
+
+__version__ = "0.1.0"
