@@ -11,6 +11,8 @@ Fields (n = number of bodies):
 * ``f_ext`` float (n, 6)   external force [F] and torque [F L]
 * ``u_imp`` float (n, 6)   imposed velocity added after mobility [L/T, 1/T]
 * ``growth`` float (n,)    axial growth rate for spherocylinders [L/T] (0 = none)
+* ``row``   int64 (n,)     global block-row index of the body in the current distributed D matrix (set by
+                           the stepper each step before ghost exchange so ghosts carry it; not physical state)
 
 All per-body data travels together through :meth:`pack` / :meth:`unpack`, which migration, ghost
 exchange and checkpoints use, so a new field added to ``FIELDS`` is carried everywhere.
@@ -28,6 +30,7 @@ FIELDS = {
     "f_ext": (np.float64, (6,)),
     "u_imp": (np.float64, (6,)),
     "growth": (np.float64, ()),
+    "row": (np.int64, ()),
 }
 
 

@@ -1,0 +1,142 @@
+"""Constraint table of one rank and the distributed D matrix.
+
+A rank owns the constraints of the pairs it owns (pair rule: the rank owning the body with the lower global
+id; a wall constraint belongs to the body's owner).  Each row k of the table is one unilateral SNSD
+constraint: pair (gid_i, gid_j, sub) where ``sub`` counts the rows of that pair generated in the current
+step by the ReLCP recursion (0 = the initial constraint).  For walls gid_j = -1 - wall_index.
+
+Arrays (c = number of local constraints):
+
+* ``ia``, ``ib`` int64 (c,)  indices into the rank's combined [owned, ghost] body arrays (ib = -1 for walls)
+* ``gid_i``, ``gid_j``, ``sub`` int64 (c,)
+* ``normal`` (c, 3), ``r_i`` (c, 3), ``r_j`` (c, 3): unit normal (j -> i) and lever arms p - x of the witness
+  points relative to the body centres, at the configuration where the row was generated
+* ``q`` (c,): the LCP constant in length units, q = Phi0 + dt D^T U_ext (see ``stepper.relcp``)
+* ``sep0`` (c,): the separation measured when the row was generated [L]
+"""
+import numpy as np
+
+from relcp_mpi.petsc import get_petsc
+
+_INT = ("ia", "ib", "gid_i", "gid_j", "sub")
+_VEC = ("normal", "r_i", "r_j")
+_SCAL = ("q", "sep0")
+
+
+class ConstraintTable:
+    """Local constraints as parallel numpy arrays (see module docstring)."""
+
+    def __init__(self):
+        for f in _INT:
+            setattr(self, f, np.zeros(0, np.int64))
+        for f in _VEC:
+            setattr(self, f, np.zeros((0, 3)))
+        for f in _SCAL:
+            setattr(self, f, np.zeros(0))
+
+    def __len__(self):
+        return len(self.ia)
+
+    def append(self, **cols):
+        """Append rows; every field must be given, with equal lengths."""
+        n = None
+        for f in _INT + _VEC + _SCAL:
+            a = np.asarray(cols[f])
+            n = len(a) if n is None else n
+            if len(a) != n:
+                raise ValueError(f"constraint column {f} has length {len(a)}, expected {n}")
+            old = getattr(self, f)
+            setattr(self, f, np.concatenate([old, a.astype(old.dtype).reshape((-1,) + old.shape[1:])]))
+
+    def columns(self):
+        """Per-constraint 6-vectors for body i and body j: (Gi (c,6), Gj (c,6)).
+
+        Gi = [n, r_i x n];  Gj = -[n, r_j x n] (zero for walls)."""
+        n = self.normal
+        Gi = np.concatenate([n, np.cross(self.r_i, n)], axis=1)
+        Gj = -np.concatenate([n, np.cross(self.r_j, n)], axis=1)
+        Gj[self.ib < 0] = 0.0
+        return Gi, Gj
+
+    def keys(self):
+        """Structured (gid_i, gid_j, sub) keys for warm-start matching, shape (c,)."""
+        k = np.empty(len(self), dtype=[("a", np.int64), ("b", np.int64), ("k", np.int64)])
+        k["a"], k["b"], k["k"] = self.gid_i, self.gid_j, self.sub
+        return k
+
+
+def match_keys(keys, table_keys, table_values, default=0.0):
+    """Vectorised lookup of structured ``keys`` in (table_keys, table_values); missing -> default."""
+    out = np.full(len(keys), default, dtype=float)
+    if len(keys) == 0 or len(table_keys) == 0:
+        return out
+    order = np.argsort(table_keys, kind="stable")
+    sk = table_keys[order]
+    pos = np.searchsorted(sk, keys)
+    pos_c = np.minimum(pos, len(sk) - 1)
+    hit = sk[pos_c] == keys
+    out[hit] = np.asarray(table_values)[order][pos_c[hit]]
+    return out
+
+
+def assemble_D(table, body_row, row_starts, comm, col_offset, n_cols_global, D=None):
+    """Distributed D: rows = 6 dofs per body (owner-distributed), columns = constraints.
+
+    ``body_row`` (m,) is the global block-row index of each body in the combined [owned, ghost] arrays and
+    ``row_starts`` (P+1,) the first block row of every rank (rank p owns block rows
+    [row_starts[p], row_starts[p+1])).  Entries in rows of ghost bodies are sent to the owning rank with one
+    Alltoallv of (row, col, value) triplets; every rank then builds its owned rows in CSR form and PETSc
+    creates the AIJ matrix from the arrays (no per-entry Python calls).  ``D`` (a previous matrix) is destroyed.
+    """
+    PETSc = get_petsc()
+    c = len(table)
+    Gi, Gj = table.columns()
+    cols = col_offset + np.arange(c, dtype=np.int64)
+    wall = table.ib < 0
+    bi = body_row[table.ia]
+    bj = body_row[np.where(wall, 0, table.ib)][~wall] if c else np.zeros(0, np.int64)
+    R = np.concatenate([(6 * bi[:, None] + np.arange(6)).ravel(), (6 * bj[:, None] + np.arange(6)).ravel()])
+    C = np.concatenate([np.repeat(cols, 6), np.repeat(cols[~wall], 6)])
+    V = np.concatenate([Gi.ravel(), Gj[~wall].ravel()])
+    rank, size = comm.rank, comm.size
+    r0, r1 = 6 * int(row_starts[rank]), 6 * int(row_starts[rank + 1])
+    if size > 1:
+        R, C, V = _route_triplets(R, C, V, 6 * np.asarray(row_starts, dtype=np.int64), comm)
+    # local CSR of owned rows
+    order = np.lexsort((C, R))
+    R, C, V = R[order], C[order], V[order]
+    if len(R):
+        first = np.ones(len(R), bool)
+        first[1:] = (R[1:] != R[:-1]) | (C[1:] != C[:-1])
+        grp = np.cumsum(first) - 1
+        V = np.bincount(grp, weights=V)
+        R, C = R[first], C[first]
+    nloc = r1 - r0
+    indptr = np.zeros(nloc + 1, dtype=PETSc.IntType)
+    np.add.at(indptr, (R - r0 + 1).astype(np.int64), 1)
+    indptr = np.cumsum(indptr).astype(PETSc.IntType)
+    if D is not None:
+        D.destroy()
+    D = PETSc.Mat().createAIJ(size=((nloc, None), (c, n_cols_global)),
+                              csr=(indptr, C.astype(PETSc.IntType), V.astype(PETSc.ScalarType)),
+                              comm=comm)
+    D.assemble()
+    return D
+
+
+def _route_triplets(R, C, V, row_starts6, comm):
+    """Send each (row, col, value) triplet to the rank owning its row; returns the received triplets."""
+    from mpi4py import MPI
+    dest = np.searchsorted(row_starts6, R, side="right") - 1
+    order = np.argsort(dest, kind="stable")
+    buf = np.stack([R[order].astype(np.float64), C[order].astype(np.float64), V[order]], axis=1)
+    counts = np.bincount(dest, minlength=comm.size).astype(np.int64) * 3
+    rcounts = np.zeros_like(counts)
+    comm.Alltoall(counts, rcounts)
+    sdis = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    rdis = np.concatenate([[0], np.cumsum(rcounts)[:-1]])
+    rbuf = np.empty(int(rcounts.sum()))
+    comm.Alltoallv([np.ascontiguousarray(buf).ravel(), (counts, sdis), MPI.DOUBLE],
+                   [rbuf, (rcounts, rdis), MPI.DOUBLE])
+    rbuf = rbuf.reshape(-1, 3)
+    return rbuf[:, 0].astype(np.int64), rbuf[:, 1].astype(np.int64), rbuf[:, 2]

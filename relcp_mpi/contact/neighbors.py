@@ -1,0 +1,48 @@
+"""Candidate contact pairs from bounding spheres (KD-tree, O(n log n), no O(n^2)).
+
+A pair (a, b) is a candidate when |x_a - x_b| <= r_a + r_b + skin, with r the bounding radius.
+Periodic images are handled by the ghost layer (ghosts carry image-shifted positions), so the search here
+is a plain Euclidean one over owned + ghost bodies.
+"""
+import numpy as np
+from scipy.spatial import cKDTree
+
+
+def candidate_pairs(x, r, skin, n_owned=None):
+    """Candidate pairs among points x (m, 3) with bounding radii r (m,).
+
+    Only pairs with at least one index < n_owned are returned (ghost-ghost pairs belong to other ranks).
+    Returns int64 arrays (ia, ib) with ia < ib.
+    """
+    x = np.asarray(x, dtype=float).reshape(-1, 3)
+    r = np.asarray(r, dtype=float)
+    m = len(x)
+    if n_owned is None:
+        n_owned = m
+    if m < 2 or n_owned == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    rmax = float(r.max())
+    tree = cKDTree(x)
+    pairs = tree.query_pairs(2 * rmax + skin, output_type="ndarray")
+    if len(pairs) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    ia, ib = pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.int64)
+    d = np.linalg.norm(x[ia] - x[ib], axis=1)
+    keep = (d <= r[ia] + r[ib] + skin) & (np.minimum(ia, ib) < n_owned)
+    ia, ib = ia[keep], ib[keep]
+    lo, hi = np.minimum(ia, ib), np.maximum(ia, ib)
+    order = np.lexsort((hi, lo))
+    return lo[order], hi[order]
+
+
+def wall_candidates(x, r, skin, wall_points, wall_normals):
+    """Body-wall candidates: (body index (k,), wall index (k,)) with n.(x - p) <= r + skin."""
+    x = np.asarray(x, dtype=float).reshape(-1, 3)
+    W = len(wall_points)
+    if W == 0 or len(x) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    P = np.asarray(wall_points, dtype=float).reshape(W, 3)
+    N = np.asarray(wall_normals, dtype=float).reshape(W, 3)
+    h = np.einsum("wk,nk->nw", N, x) - np.einsum("wk,wk->w", N, P)[None, :]
+    ib, iw = np.nonzero(h <= (np.asarray(r)[:, None] + skin))
+    return ib.astype(np.int64), iw.astype(np.int64)

@@ -1,0 +1,78 @@
+"""Overdamped block-diagonal mobility: U = M F + U_imposed, one 6x6 block per body.
+
+Body-frame resistance (drag) coefficients, viscosity ``mu`` [F T / L^2]:
+
+* sphere of radius R: translation 6 pi mu R, rotation 8 pi mu R^3 (isotropic);
+* spherocylinder with radius R and axis-segment length L: slender-body drag with the tip-to-tip length
+  l = L + 2R and b = -(1 + 2 ln(R / l)):  zeta_par = 8 pi mu l / (2 b), zeta_perp = 8 pi mu l / (b + 2),
+  zeta_rot = 2 pi mu l^3 / (3 (b + 2)) about axes perpendicular to the rod, and 4 pi mu R^2 l about the rod
+  axis (so that M is invertible); the axis is body z;
+* ellipsoid with semi-axes (a1, a2, a3): Oberbeck/Perrin translation zeta_i = 16 pi mu / (chi + a_i^2 alpha_i)
+  and Edwardes rotation zeta_rot_i = 16 pi mu (a_j^2 + a_k^2) / (3 (a_j^2 alpha_j + a_k^2 alpha_k)), with
+  chi = int_0^inf ds/Delta = 2 R_F(a1^2, a2^2, a3^2), alpha_i = int_0^inf ds/((a_i^2+s) Delta)
+  = (2/3) R_D(a_j^2, a_k^2, a_i^2), Delta = sqrt(prod (a_i^2 + s)) (Carlson symmetric integrals).
+
+The lab-frame block is blockdiag(R diag(1/zeta_t) R^T, R diag(1/zeta_r) R^T), R = R(q).
+"""
+import numpy as np
+from scipy.special import elliprd, elliprf
+
+from relcp_mpi.bodies.shapes import ELLIPSOID, SPHERE, SPHEROCYLINDER
+from relcp_mpi.geometry import quaternion as quat
+
+
+def body_frame_drag(kind, shape, mu):
+    """Body-frame drag coefficients: (zeta_t (n,3), zeta_r (n,3))."""
+    kind = np.asarray(kind)
+    shape = np.asarray(shape, dtype=float).reshape(-1, 3)
+    n = len(kind)
+    zt = np.zeros((n, 3))
+    zr = np.zeros((n, 3))
+
+    m = kind == SPHERE
+    if m.any():
+        R = shape[m, 0]
+        zt[m] = (6 * np.pi * mu * R)[:, None]
+        zr[m] = (8 * np.pi * mu * R ** 3)[:, None]
+
+    m = kind == SPHEROCYLINDER
+    if m.any():
+        R = shape[m, 0]
+        ell = shape[m, 1] + 2 * R
+        b = -(1 + 2 * np.log(R / ell))
+        par = 8 * np.pi * mu * ell / (2 * b)
+        perp = 8 * np.pi * mu * ell / (b + 2)
+        rot = 2 * np.pi * mu * ell ** 3 / (3 * (b + 2))
+        zt[m] = np.stack([perp, perp, par], axis=1)
+        zr[m] = np.stack([rot, rot, 4 * np.pi * mu * R ** 2 * ell], axis=1)
+
+    m = kind == ELLIPSOID
+    if m.any():
+        a2 = shape[m] ** 2
+        chi = 2 * elliprf(a2[:, 0], a2[:, 1], a2[:, 2])
+        alpha = np.stack([
+            (2.0 / 3.0) * elliprd(a2[:, 1], a2[:, 2], a2[:, 0]),
+            (2.0 / 3.0) * elliprd(a2[:, 2], a2[:, 0], a2[:, 1]),
+            (2.0 / 3.0) * elliprd(a2[:, 0], a2[:, 1], a2[:, 2]),
+        ], axis=1)
+        zt[m] = 16 * np.pi * mu / (chi[:, None] + a2 * alpha)
+        for i in range(3):   # three fixed axes, vectorised over bodies
+            j, k = (i + 1) % 3, (i + 2) % 3
+            zr[m, i] = 16 * np.pi * mu * (a2[:, j] + a2[:, k]) / (3 * (a2[:, j] * alpha[:, j] + a2[:, k] * alpha[:, k]))
+    return zt, zr
+
+
+def mobility_blocks(kind, shape, q, mu):
+    """Lab-frame 6x6 mobility blocks, shape (n, 6, 6) [translation L/(F T), rotation 1/(F L T)]."""
+    zt, zr = body_frame_drag(kind, shape, mu)
+    R = quat.to_matrix(q)
+    n = len(zt)
+    M = np.zeros((n, 6, 6))
+    M[:, :3, :3] = np.einsum("nij,nj,nkj->nik", R, 1.0 / zt, R)
+    M[:, 3:, 3:] = np.einsum("nij,nj,nkj->nik", R, 1.0 / zr, R)
+    return M
+
+
+def apply(blocks, F):
+    """U = M F for blocks (n, 6, 6) and generalized forces F (n, 6)."""
+    return np.einsum("nij,nj->ni", blocks, F)

@@ -1,0 +1,236 @@
+"""The ReLCP time-stepping driver: deck -> bodies -> pairs -> constraints -> solver -> update -> output.
+
+``Simulation(deck, deck_text, comm).run()`` is what ``relcp-mpi run deck.yaml`` does for ``engine: relcp``.
+Each step (collective over all ranks):
+
+1. migrate bodies to the rank owning their centre (optionally rebalance the decomposition);
+2. number the body rows of D (exscan), exchange ghosts (bodies within the ghost width of my subdomain,
+   periodic images included);
+3. mobility blocks and unconstrained velocity U_ext = M F_ext + U_imposed of owned bodies;
+4. the ReLCP step (:func:`relcp_mpi.stepper.relcp.relcp_step`);
+5. commit, grow spherocylinders, output trajectory frames / checkpoints / progress.
+"""
+import os
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from relcp_mpi import __version__
+from relcp_mpi.bodies.builder import build_bodies
+from relcp_mpi.bodies.shapes import bounding_radius
+from relcp_mpi.bodies.store import BodyStore
+from relcp_mpi.config.deck import DeckError
+from relcp_mpi.geometry.contact import pair_snsd, wall_snsd
+from relcp_mpi.io.progress import Progress, StageTimer
+from relcp_mpi.parallel.box import Box
+from relcp_mpi.parallel import decomposition as pdecomp
+from relcp_mpi.parallel.ghosts import exchange_ghosts, refresh_ghosts
+from relcp_mpi.parallel.migration import migrate
+from relcp_mpi.physics.mobility import mobility_blocks
+from relcp_mpi.contact.neighbors import candidate_pairs, wall_candidates
+from relcp_mpi.stepper.relcp import StepInput, StepParams, StepSolver, relcp_step
+
+
+class Simulation:
+    """One ReLCP run described by a validated deck (see :mod:`relcp_mpi.config.deck`)."""
+
+    def __init__(self, deck, deck_text="", comm=None, bodies=None, step=0, time0=0.0, warm=None):
+        self.comm = comm if comm is not None else MPI.COMM_WORLD
+        self.deck = deck
+        self.deck_text = deck_text
+        self.timer = StageTimer()
+        c = deck["contact"]
+        self.dt = float(deck["time"]["dt"])
+        t = deck["time"]
+        self.n_steps = int(t["steps"]) if t["steps"] is not None else int(round(t["t_end"] / self.dt))
+        self.box = Box(deck["box"]["lo"], deck["box"]["hi"], deck["box"]["periodic"])
+        W = deck["walls"]
+        self.wall_points = np.array([w["point"] for w in W], float).reshape(-1, 3)
+        nrm = np.array([w["normal"] for w in W], float).reshape(-1, 3)
+        self.wall_normals = nrm / np.maximum(np.linalg.norm(nrm, axis=1, keepdims=True), 1e-300)
+        self.mu = float(deck["fluid"]["viscosity"])
+        self.step = step
+        self.time = time0
+        self.warm = warm or (None, None)
+        self.diag = {}
+        if bodies is None:
+            allb = build_bodies(deck)                 # identical on every rank
+            self.n_global = len(allb)
+            self.next_gid = int(allb.gid.max()) + 1 if len(allb) else 0
+            self._make_decomposition(allb.x)
+            mine = self.decomp.owner(self.box.wrap(allb.x)) == self.comm.rank
+            self.bodies = allb.take(mine)
+        else:
+            self.bodies = bodies
+            self.n_global = self.comm.allreduce(len(bodies))
+            self.next_gid = self.comm.allreduce(int(bodies.gid.max()) + 1 if len(bodies) else 0, op=MPI.MAX)
+            self._make_decomposition(None)
+            self.bodies = migrate(self.bodies, self.decomp, self.comm)
+        rmax = self.comm.allreduce(float(bounding_radius(self.bodies.kind, self.bodies.shape).max(initial=0.0)),
+                                   op=MPI.MAX)
+        self.rmax = rmax
+        self.skin = float(c["skin"]) if c["skin"] is not None else 0.25 * rmax
+        self.ghost_width = 2 * rmax + 2 * self.skin
+        self.params = StepParams(dt=self.dt, overlap_tol=c["overlap_tol"], skin=self.skin,
+                                 max_depth=c["max_depth"], model=c["model"], method=deck["solver"]["method"],
+                                 tol=deck["solver"]["tol"], max_iter=deck["solver"]["max_iter"],
+                                 recheck_neighbors=c["recheck_neighbors"])
+        self.solver = StepSolver(self.comm)
+
+    # ------------------------------------------------------------------------------------------------
+    def _make_decomposition(self, x_all):
+        par = self.deck["parallel"]
+        if par["decomposition"] == "rcb":
+            if x_all is not None:
+                # every rank holds all initial positions: give each rank a disjoint slice as its "local" set
+                n = len(x_all)
+                r, P = self.comm.rank, self.comm.size
+                sl = slice(n * r // P, n * (r + 1) // P)
+                xl = self.box.wrap(x_all[sl])
+            else:
+                xl = self.box.wrap(self.bodies.x)
+            self.decomp = pdecomp.RCBDecomposition(self.box, self.comm, xl, np.ones(len(xl)))
+        else:
+            self.decomp = pdecomp.CartesianDecomposition(self.box, self.comm)
+
+    def _rebalance_if_needed(self, work):
+        par = self.deck["parallel"]
+        if par["decomposition"] != "rcb":
+            return
+        imb = pdecomp.imbalance(work, self.comm)
+        if pdecomp.should_rebalance(self.step, par["rebalance_every"], imb, par["imbalance_threshold"]):
+            self.decomp = pdecomp.RCBDecomposition(self.box, self.comm, self.box.wrap(self.bodies.x),
+                                                   np.ones(len(self.bodies)) + self._last_work_per_body())
+
+    def _last_work_per_body(self):
+        return np.zeros(len(self.bodies))
+
+    # ------------------------------------------------------------------------------------------------
+    def _prepare(self):
+        """Migrate, number rows, exchange ghosts.  Returns the combined arrays for the stepper."""
+        comm = self.comm
+        with self.timer.stage("migrate"):
+            self.bodies = migrate(self.bodies, self.decomp, comm)
+        b = self.bodies
+        n = len(b)
+        offset = comm.exscan(n) or 0
+        b.row[:] = offset + np.arange(n)
+        self.row_starts = np.concatenate([[0], np.cumsum(comm.allgather(n))]).astype(np.int64)
+        with self.timer.stage("ghosts"):
+            self.decomp.validate_ghost_width(self.ghost_width)
+            ghosts, shift = exchange_ghosts(b, self.decomp, comm, self.ghost_width)
+        self.ghosts = ghosts
+        self.ghost_shift = shift
+        return b, ghosts
+
+    def _refresh(self, x_owned, q_owned):
+        with self.timer.stage("ghosts"):
+            g = refresh_ghosts(x_owned, q_owned, self.ghost_plan_args())
+        return g
+
+    def ghost_plan_args(self):
+        return (self.bodies, self.decomp, self.comm)
+
+    def check_initial_overlap(self):
+        """Collective: raise DeckError (on every rank) naming overlapping initial bodies."""
+        b, g = self._prepare()
+        X = np.concatenate([b.x, g.x])
+        Q = np.concatenate([b.q, g.q])
+        K = np.concatenate([b.kind, g.kind])
+        S = np.concatenate([b.shape, g.shape])
+        G = np.concatenate([b.gid, g.gid])
+        r = bounding_radius(K, S)
+        ia, ib = candidate_pairs(X, r, 0.0, n_owned=len(b))
+        keep = (G[ia] < G[ib]) & (ia < len(b)) | (G[ib] < G[ia]) & (ib < len(b))
+        ia, ib = ia[keep], ib[keep]
+        tol = self.deck["contact"]["initial_overlap_tol"]
+        geo = pair_snsd(K[ia], S[ia], X[ia], Q[ia], K[ib], S[ib], X[ib], Q[ib], check=True)
+        bad = geo.sep < -tol
+        msgs = [f"bodies {int(G[i])} and {int(G[j])} overlap by {-s:.3e} (> initial_overlap_tol {tol:g})"
+                for i, j, s in zip(ia[bad][:5], ib[bad][:5], geo.sep[bad][:5])]
+        wb, ww = wall_candidates(b.x, r[:len(b)], 0.0, self.wall_points, self.wall_normals)
+        wgeo = wall_snsd(b.kind[wb], b.shape[wb], b.x[wb], b.q[wb], self.wall_points[ww], self.wall_normals[ww])
+        wbad = wgeo.sep < -tol
+        msgs += [f"body {int(b.gid[i])} penetrates wall {int(w)} by {-s:.3e}"
+                 for i, w, s in zip(wb[wbad][:5], ww[wbad][:5], wgeo.sep[wbad][:5])]
+        allmsgs = [m for part in self.comm.allgather(msgs) for m in part]
+        if allmsgs:
+            raise DeckError(["initial configuration: " + m for m in allmsgs[:10]])
+
+    # ------------------------------------------------------------------------------------------------
+    def step_once(self):
+        comm = self.comm
+        b, g = self._prepare()
+        n = len(b)
+        K = np.concatenate([b.kind, g.kind])
+        S = np.concatenate([b.shape, g.shape])
+        with self.timer.stage("mobility"):
+            blocks = mobility_blocks(b.kind, b.shape, b.q, self.mu)
+            U_ext = np.einsum("nij,nj->ni", blocks, b.f_ext) + b.u_imp
+        inp = StepInput(
+            comm=comm, n_owned=n, gid=np.concatenate([b.gid, g.gid]), row=np.concatenate([b.row, g.row]),
+            row_starts=self.row_starts, kind=K, shape=S, bound=bounding_radius(K, S),
+            x0=np.concatenate([b.x, g.x]), q0=np.concatenate([b.q, g.q]), blocks=blocks, U_ext=U_ext,
+            wall_points=self.wall_points, wall_normals=self.wall_normals, refresh=self._refresh,
+            warm_keys=self.warm[0], warm_values=self.warm[1])
+        with self.timer.stage("relcp"):
+            res = relcp_step(inp, self.params, self.solver, timer=self.timer)
+        b.x[:] = res.x
+        b.q[:] = res.q
+        b.u[:] = res.U
+        if np.any(b.growth != 0):
+            b.shape[:, 1] += self.dt * b.growth
+        self.warm = (res.table.keys(), res.gamma)
+        self.step += 1
+        self.time += self.dt
+        self.diag = res.diagnostics
+        return res
+
+    def run(self, progress_stream=None):
+        """Run all steps of the deck; returns the diagnostics of the last step."""
+        out = self.deck["output"]
+        prog = Progress(self.comm, self.n_steps, out["progress_every"], stream=progress_stream)
+        t0 = time.perf_counter()
+        writer = self._open_trajectory()
+        try:
+            if writer is not None and self.step == 0:
+                with self.timer.stage("output"):
+                    writer.write_frame(self.step, self.time, self.bodies.sort_by_gid(), self.diag or {})
+            while self.step < self.n_steps:
+                self.step_once()
+                prog.update(self.step, self.time, self.diag, self.params.overlap_tol,
+                            force=self.step == self.n_steps)
+                if writer is not None and out["trajectory_every"] and self.step % out["trajectory_every"] == 0:
+                    with self.timer.stage("output"):
+                        writer.write_frame(self.step, self.time, self.bodies.sort_by_gid(), self.diag)
+        finally:
+            if writer is not None:
+                writer.close()
+            self.solver.free()
+        self.wall_time = time.perf_counter() - t0
+        return self.diag
+
+    def _open_trajectory(self):
+        out = self.deck["output"]
+        if not out["trajectory_every"]:
+            return None
+        from relcp_mpi.io.trajectory import TrajectoryWriter
+        d = out["directory"]
+        if self.comm.rank == 0:
+            os.makedirs(d, exist_ok=True)
+        self.comm.Barrier()
+        path = os.path.join(d, f"{self.deck['name']}.h5")
+        return TrajectoryWriter(path, self.comm, append=self.step > 0)
+
+    def summary(self):
+        """Multi-line run summary (collective; meaningful on rank 0)."""
+        stages = self.timer.report(self.comm, wall=getattr(self, "wall_time", None))
+        d = self.diag
+        return (f"relcp_mpi {__version__}: {self.deck['name']} on {self.comm.size} rank(s), "
+                f"{self.n_global} bodies, {self.step} steps, t={self.time:.6g}\n"
+                f"last step: constraints={d.get('constraints', 0)} depth={d.get('depth', 0)} "
+                f"iterations={d.get('iterations', 0)} max_overlap={d.get('max_overlap', 0.0):.3e} "
+                f"(overlap_tol {self.params.overlap_tol:g})\n"
+                f"wall time {getattr(self, 'wall_time', 0.0):.3f} s, "
+                f"{self.step / max(getattr(self, 'wall_time', 1e-300), 1e-300):.2f} steps/s\n" + stages)

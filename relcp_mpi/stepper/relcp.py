@@ -1,0 +1,307 @@
+"""One overdamped time step with the ReLCP recursion (collective over all ranks).
+
+Length-unit LCP of a step, for the constraint rows k present at a recursion level::
+
+    0 <= gamma  _|_  w = q + dt D^T M D gamma >= 0,
+
+* rows generated at the start-of-step configuration (level 0, one per candidate pair / wall):
+  q_k = Phi_k(start) + dt D_k^T U_ext;
+* rows appended at level l for pairs whose smooth-surface separation at the trial configuration is below
+  ``-overlap_tol``: geometry (normal, witness points, lever arms) taken at the trial configuration and
+  q_k = Phi_k(trial) - dt D_k^T (U_trial - U_ext), so that the row's prediction at the previous solution
+  equals the measured trial separation (this is the "whole grown LCP, warm started" variant: the previous
+  gamma is kept for old rows, zero for new rows, and the full LCP is re-solved).
+
+After each solve U = U_ext + M D gamma, every body is re-stepped from the START configuration (trial), ghosts
+are refreshed, the neighbour search is re-run at the trial configuration (pairs that come into contact during
+the step are not missed), and the SNSD of every candidate pair is evaluated there.  The decision "any pair
+below -overlap_tol?" is one global allreduce.  The last trial configuration is committed.  With
+``model='snsd'`` the recursion is disabled (single constraint per pair, the classical SNSD LCP).
+"""
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from relcp_mpi.contact.constraints import ConstraintTable, assemble_D, match_keys
+from relcp_mpi.contact.neighbors import candidate_pairs, wall_candidates
+from relcp_mpi.geometry.contact import pair_snsd, wall_snsd
+from relcp_mpi.petsc import get_petsc
+from relcp_mpi.solver.lcp import solve_lcp
+from relcp_mpi.solver.operator import ContactOperator
+from relcp_mpi.stepper.integrator import advance
+
+
+class RecursionDepthError(RuntimeError):
+    """The ReLCP recursion hit ``max_depth`` without meeting the overlap tolerance."""
+
+
+@dataclass
+class StepParams:
+    dt: float
+    overlap_tol: float
+    skin: float
+    max_depth: int = 50
+    model: str = "relcp"           # 'relcp' or 'snsd'
+    method: str = "bbpgd"
+    tol: float = 1e-4              # LCP min-map tolerance [L]
+    max_iter: int = 100000
+    recheck_neighbors: bool = True
+    geometry_tol: float = 1e-12
+
+
+@dataclass
+class StepInput:
+    """Everything one step needs; arrays cover the combined [owned, ghost] bodies (m = n_owned + ghosts)."""
+    comm: object
+    n_owned: int
+    gid: np.ndarray          # (m,)
+    row: np.ndarray          # (m,) global block row of each body in D
+    row_starts: np.ndarray   # (P+1,)
+    kind: np.ndarray         # (m,)
+    shape: np.ndarray        # (m, 3)
+    bound: np.ndarray        # (m,) bounding radii
+    x0: np.ndarray           # (m, 3) start configuration (ghost positions image-shifted)
+    q0: np.ndarray           # (m, 4)
+    blocks: np.ndarray       # (n_owned, 6, 6) mobility at the start configuration
+    U_ext: np.ndarray        # (n_owned, 6) unconstrained velocity M F_ext + U_imposed
+    wall_points: np.ndarray  # (W, 3)
+    wall_normals: np.ndarray  # (W, 3)
+    refresh: object          # callable(x_owned, q_owned) -> (x_ghost, q_ghost), collective
+    warm_keys: np.ndarray = None
+    warm_values: np.ndarray = None
+
+
+@dataclass
+class StepResult:
+    x: np.ndarray            # (n_owned, 3) committed positions
+    q: np.ndarray            # (n_owned, 4)
+    U: np.ndarray            # (n_owned, 6) velocity of the step
+    F: np.ndarray            # (n_owned, 6) total constraint force/torque on each owned body
+    table: ConstraintTable
+    gamma: np.ndarray        # (c,) local multipliers [F]
+    diagnostics: dict = field(default_factory=dict)
+
+
+class StepSolver:
+    """Persistent PETSc objects (operator, vectors) reused across recursion levels and steps."""
+
+    def __init__(self, comm):
+        self.comm = comm
+        self.D = None
+        self.op = None
+
+    def free(self):
+        if self.D is not None:
+            self.D.destroy()
+            self.D = None
+
+
+def _global_sum(comm, a):
+    return comm.allreduce(a)
+
+
+def _pair_geometry(inp, X, Q, ia, ib, tol):
+    return pair_snsd(inp.kind[ia], inp.shape[ia], X[ia], Q[ia], inp.kind[ib], inp.shape[ib], X[ib], Q[ib],
+                     tol=tol, check=True)
+
+
+def _wall_geometry(inp, X, Q, wb, ww):
+    return wall_snsd(inp.kind[wb], inp.shape[wb], X[wb], Q[wb], inp.wall_points[ww], inp.wall_normals[ww])
+
+
+def _own_pairs(inp, ia, ib):
+    """Keep the pairs this rank owns: both owned, or owned-ghost with the owned body's gid lower."""
+    n = inp.n_owned
+    both = (ia < n) & (ib < n)
+    g = inp.gid
+    a_own = (ia < n) & (ib >= n) & (g[ia] < g[ib])
+    b_own = (ib < n) & (ia >= n) & (g[ib] < g[ia])
+    keep = both | a_own | b_own
+    ia, ib = ia[keep], ib[keep]
+    # orient: i = lower gid
+    swap = g[ia] > g[ib]
+    return np.where(swap, ib, ia), np.where(swap, ia, ib)
+
+
+def _candidates(inp, X, skin):
+    ia, ib = candidate_pairs(X, inp.bound, skin, n_owned=inp.n_owned)
+    ia, ib = _own_pairs(inp, ia, ib)
+    wb, ww = wall_candidates(X[:inp.n_owned], inp.bound[:inp.n_owned], skin, inp.wall_points, inp.wall_normals)
+    return ia, ib, wb, ww
+
+
+def _rows(inp, geo, ia, ib, X, subs, q_const):
+    """Columns dict for ConstraintTable.append from a ContactGeometry."""
+    wall = ib < 0
+    xi = X[ia]
+    xj = np.where(wall[:, None], geo.p_j, X[np.where(wall, 0, ib)])
+    return dict(ia=ia, ib=ib, gid_i=inp.gid[ia],
+                gid_j=np.where(wall, -1 - np.maximum(-ib - 1, 0), inp.gid[np.where(wall, 0, ib)]),
+                sub=subs, normal=geo.normal, r_i=geo.p_i - xi, r_j=geo.p_j - xj, q=q_const, sep0=geo.sep)
+
+
+def _bodyvec(PETSc, D, arr):
+    v = D.createVecLeft()
+    v.getArray()[:] = arr.ravel()
+    return v
+
+
+class _NullTimer:
+    def stage(self, name):
+        import contextlib
+        return contextlib.nullcontext()
+
+    def start(self, name):
+        pass
+
+    def stop(self, name):
+        pass
+
+
+def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) -> StepResult:
+    """One collective ReLCP step (see module docstring).  ``timer`` is an optional StageTimer."""
+    PETSc = get_petsc()
+    T = timer if timer is not None else _NullTimer()
+    comm = inp.comm
+    n = inp.n_owned
+    dt = prm.dt
+    X0, Q0 = inp.x0, inp.q0
+
+    # ---- level 0: candidate pairs and one SNSD row each, at the start configuration ------------------
+    with T.stage("neighbors"):
+        ia, ib, wb, ww = _candidates(inp, X0, prm.skin)
+    table = ConstraintTable()
+    with T.stage("geometry"):
+        geo = _pair_geometry(inp, X0, Q0, ia, ib, prm.geometry_tol)
+        wgeo = _wall_geometry(inp, X0, Q0, wb, ww)
+    table.append(**_rows(inp, geo, ia, ib, X0, np.zeros(len(ia), np.int64), np.zeros(len(ia))))
+    table.append(**_rows(inp, wgeo, wb, -1 - ww, X0, np.zeros(len(wb), np.int64), np.zeros(len(wb))))
+    # candidate set for the overlap checks: body pairs as (ia, ib), walls as (wb, ww)
+    cand_pairs = np.stack([ia, ib], axis=1)
+    cand_walls = np.stack([wb, ww], axis=1)
+
+    gamma = match_keys(table.keys(), inp.warm_keys, inp.warm_values) if inp.warm_keys is not None \
+        else np.zeros(len(table))
+    new_rows_q = None   # filled per level for appended rows
+    depth = 0
+    iters_total = 0
+    history = []
+    rank, size = comm.rank, comm.size
+    U_ext = inp.U_ext
+    scaled_blocks = dt * inp.blocks
+    level_start = 0
+
+    while True:
+        # ---- global column numbering and D --------------------------------------------------------
+        c = len(table)
+        T.start("assembly")
+        counts = comm.allgather(c)
+        col_offset = int(sum(counts[:rank]))
+        n_cols = int(sum(counts))
+        solver.D = assemble_D(table, inp.row, inp.row_starts, comm, col_offset, n_cols, D=solver.D)
+        D = solver.D
+        Uext_v = _bodyvec(PETSc, D, U_ext)
+        tmp = D.createVecRight()
+        D.multTranspose(Uext_v, tmp)               # D^T U_ext
+        DtU = tmp.getArray().copy()
+        if level_start == 0:
+            table.q[:] = table.sep0 + dt * DtU
+        else:
+            # appended rows: q = sep_trial - dt D^T (U_trial - U_ext)
+            new = slice(level_start, c)
+            Ut_v = _bodyvec(PETSc, D, U_trial)
+            D.multTranspose(Ut_v, tmp)
+            table.q[new] = table.sep0[new] - dt * (tmp.getArray()[new] - DtU[new])
+            Ut_v.destroy()
+        # ---- solve --------------------------------------------------------------------------------------
+        if solver.op is None:
+            solver.op = ContactOperator(D, scaled_blocks, comm=comm)
+        else:
+            solver.op.update(D, scaled_blocks)
+        A = solver.op.mat
+        qv = D.createVecRight()
+        qv.getArray()[:] = table.q
+        gv = D.createVecRight()
+        gv.getArray()[:] = np.maximum(gamma, 0.0)
+        T.stop("assembly")
+        with T.stage("solve"):
+            res = solve_lcp(A, qv, gv, method=prm.method, tol=prm.tol, max_iter=prm.max_iter, raise_on_fail=True)
+        iters_total += res.iterations
+        history.append(res.residual)
+        gamma = gv.getArray().copy()
+        # ---- trial configuration ----------------------------------------------------------------------
+        Fv = D.createVecLeft()
+        D.mult(gv, Fv)
+        F = Fv.getArray().reshape(n, 6).copy()
+        U_trial = U_ext + np.einsum("nij,nj->ni", inp.blocks, F)
+        for v in (Uext_v, tmp, qv, gv, Fv):
+            v.destroy()
+        xt, qt = advance(X0[:n], Q0[:n], U_trial, dt)
+        xg, qg = inp.refresh(xt, qt)
+        T.start("recursion")
+        Xt = np.concatenate([xt, xg]) if len(xg) else xt
+        Qt = np.concatenate([qt, qg]) if len(qg) else qt
+        # ---- smooth-surface check at the trial configuration ------------------------------------------
+        if prm.recheck_neighbors:
+            na, nb, nwb, nww = _candidates(inp, Xt, prm.skin)
+            cand_pairs = np.unique(np.concatenate([cand_pairs, np.stack([na, nb], axis=1)]), axis=0)
+            cand_walls = np.unique(np.concatenate([cand_walls, np.stack([nwb, nww], axis=1)]), axis=0)
+        pa, pb = cand_pairs[:, 0], cand_pairs[:, 1]
+        tgeo = _pair_geometry(inp, Xt, Qt, pa, pb, prm.geometry_tol)
+        twgeo = _wall_geometry(inp, Xt, Qt, cand_walls[:, 0], cand_walls[:, 1])
+        min_sep_local = min(tgeo.sep.min(initial=np.inf), twgeo.sep.min(initial=np.inf))
+        bad_p = tgeo.sep < -prm.overlap_tol
+        bad_w = twgeo.sep < -prm.overlap_tol
+        nbad = comm.allreduce(int(bad_p.sum() + bad_w.sum()))
+        min_sep = comm.allreduce(float(min_sep_local), op=_MPI().MIN)
+        T.stop("recursion")
+        if nbad == 0 or prm.model == "snsd":
+            break
+        if depth + 1 >= prm.max_depth:
+            raise RecursionDepthError(
+                f"ReLCP recursion reached max_depth={prm.max_depth} with {nbad} pair(s) still overlapping "
+                f"by more than overlap_tol={prm.overlap_tol:g} (deepest {-min_sep:.3e}); reduce dt or raise "
+                f"contact.max_depth")
+        depth += 1
+        # ---- append rows for the offending pairs (geometry at the trial configuration) ------------------
+        level_start = len(table)
+        sub_counts = _next_sub(table, inp.gid[pa[bad_p]], inp.gid[pb[bad_p]])
+        sel = _subset(tgeo, bad_p)
+        table.append(**_rows(inp, sel, pa[bad_p], pb[bad_p], Xt, sub_counts, np.zeros(bad_p.sum())))
+        wsel = _subset(twgeo, bad_w)
+        wb_, ww_ = cand_walls[bad_w, 0], cand_walls[bad_w, 1]
+        sub_w = _next_sub(table, inp.gid[wb_], -1 - ww_)
+        table.append(**_rows(inp, wsel, wb_, -1 - ww_, Xt, sub_w, np.zeros(bad_w.sum())))
+        gamma = np.concatenate([gamma, np.zeros(len(table) - level_start)])
+
+    n_global = comm.allreduce(len(table))
+    diag = dict(constraints=int(n_global), depth=int(depth), iterations=int(iters_total),
+                max_overlap=float(max(0.0, -min_sep)) if np.isfinite(min_sep) else 0.0,
+                residual=float(max(history) if history else 0.0))
+    return StepResult(x=xt, q=qt, U=U_trial, F=F, table=table, gamma=gamma, diagnostics=diag)
+
+
+def _subset(geo, mask):
+    from relcp_mpi.geometry.contact import ContactGeometry
+    return ContactGeometry(sep=geo.sep[mask], normal=geo.normal[mask], p_i=geo.p_i[mask], p_j=geo.p_j[mask],
+                           converged=geo.converged[mask])
+
+
+def _next_sub(table, gi, gj):
+    """Sub-contact index for new rows of pairs (gi, gj): 1 + the largest existing sub of that pair."""
+    if len(gi) == 0:
+        return np.zeros(0, np.int64)
+    keys = np.empty(len(gi), dtype=[("a", np.int64), ("b", np.int64)])
+    keys["a"], keys["b"] = gi, gj
+    tk = np.empty(len(table), dtype=[("a", np.int64), ("b", np.int64)])
+    tk["a"], tk["b"] = table.gid_i, table.gid_j
+    order = np.lexsort((table.sub, tk["b"], tk["a"]))
+    tk_s, sub_s = tk[order], table.sub[order]
+    pos = np.searchsorted(tk_s, keys, side="right") - 1
+    ok = (pos >= 0) & (tk_s[np.maximum(pos, 0)] == keys)
+    return np.where(ok, sub_s[np.maximum(pos, 0)] + 1, 0).astype(np.int64)
+
+
+def _MPI():
+    from mpi4py import MPI
+    return MPI

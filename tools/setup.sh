@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Idempotent set-up on Debian 12: the system MPI/PETSc/HDF5 Python stack and a project venv.
+# Never builds PETSc from source.  Safe to run repeatedly; does nothing that is already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PKGS="python3-petsc4py python3-mpi4py python3-h5py-mpi python3-yaml python3-numpy python3-scipy python3-pytest
+python3-pytest-mpi python3-hypothesis python3-matplotlib python3-venv python3-setuptools openmpi-bin"
+missing=()
+for p in $PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "[setup] installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if [ ! -x .venv/bin/python ]; then
+  echo "[setup] creating .venv (system site packages)"
+  /usr/bin/python3 -m venv --system-site-packages .venv
+fi
+# editable install without touching the network (all dependencies come from Debian)
+if ! .venv/bin/python -c "import relcp_mpi, sys; sys.exit(0 if relcp_mpi.__file__.startswith('$PWD') else 1)" 2>/dev/null \
+   || [ ! -x .venv/bin/relcp-mpi ]; then
+  echo "[setup] installing relcp_mpi into .venv"
+  .venv/bin/python -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null
+fi
+source tools/env.sh
+.venv/bin/python -c "from relcp_mpi.petsc import get_petsc; import h5py, mpi4py; assert h5py.get_config().mpi, 'h5py without MPI'" \
+  || { echo "[setup] the Python stack does not import; see messages above" >&2; exit 1; }
+echo "[setup] ok"
