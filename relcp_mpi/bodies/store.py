@@ -44,7 +44,10 @@ PACK_WIDTH = sum(_width(t) for _, t in FIELDS.values())
 class BodyStore:
     """Owned (or ghost) bodies of one rank as parallel numpy arrays."""
 
-    def __init__(self, n=0, **arrays):
+    def __init__(self, n=None, **arrays):
+        if n is None:
+            given = [a for a in arrays.values() if a is not None]
+            n = len(np.asarray(given[0])) if given else 0
         for name, (dtype, tshape) in FIELDS.items():
             if name in arrays and arrays[name] is not None:
                 a = np.array(arrays[name], dtype=dtype).reshape((-1,) + tshape)

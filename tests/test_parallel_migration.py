@@ -1,0 +1,128 @@
+"""Migration: bodies end on owner(x), none lost or duplicated, periodic wrapping keeps ids."""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from relcp_mpi.bodies.store import BodyStore
+from relcp_mpi.parallel.box import Box
+from relcp_mpi.parallel.decomposition import CartesianDecomposition, RCBDecomposition
+from relcp_mpi.parallel.errors import CollectiveError
+from relcp_mpi.parallel.migration import MigrationError, migrate
+
+comm = MPI.COMM_WORLD
+
+
+def make_bodies(n, box, rng, spread=0.0):
+    """The same global set of bodies on every rank (random gids, random state)."""
+    gid = rng.permutation(10 * n)[:n] + 7
+    x = box.lo + rng.random((n, 3)) * box.lengths
+    x += spread * rng.normal(size=(n, 3)) * box.lengths  # some leave the box
+    q = rng.normal(size=(n, 4)); q /= np.linalg.norm(q, axis=1, keepdims=True)
+    return BodyStore(gid=gid, kind=rng.integers(0, 3, n), shape=rng.random((n, 3)) + 0.1, x=x, q=q,
+                     u=rng.normal(size=(n, 6)), f_ext=rng.normal(size=(n, 6)),
+                     u_imp=rng.normal(size=(n, 6)), growth=rng.random(n))
+
+
+def scatter_randomly(allb, rng):
+    """Random initial placement (not by position); identical choice on every rank."""
+    home = rng.integers(0, comm.size, allb.n)
+    return allb.take(np.flatnonzero(home == comm.rank))
+
+
+def gather(b):
+    return BodyStore.concatenate([BodyStore.unpack(r) for r in comm.allgather(b.pack())])
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("kind", ["cart", "rcb"])
+@pytest.mark.parametrize("periodic", [True, False, (True, False, True)])
+def test_migrate_to_owner(kind, periodic):
+    rng = np.random.default_rng(2024)
+    box = Box([-2, 0, 1], [3, 4, 2.5], periodic=periodic)
+    allb = make_bodies(600, box, rng, spread=0.3)
+    mine = scatter_randomly(allb, rng)
+    if kind == "cart":
+        d = CartesianDecomposition(box, comm)
+    else:
+        d = RCBDecomposition(box, comm, mine.x)
+    out = migrate(mine, d, comm)
+    assert np.all(np.diff(out.gid) > 0)  # sorted, unique locally
+    assert np.all(d.owner(out.x) == comm.rank)
+    lo, hi = d.my_bounds
+    per = box.periodic
+    assert np.all((out.x[:, per] >= lo[per]) & (out.x[:, per] < hi[per]))
+    g = gather(out).sort_by_gid()
+    ref = allb.sort_by_gid()
+    np.testing.assert_array_equal(g.gid, ref.gid)
+    # every field preserved exactly, positions wrapped on periodic axes only
+    np.testing.assert_array_equal(g.x, box.wrap(ref.x))
+    for f in ("kind", "shape", "q", "u", "f_ext", "u_imp", "growth"):
+        np.testing.assert_array_equal(getattr(g, f), getattr(ref, f))
+    # migrating again is a no-op
+    again = migrate(out, d, comm)
+    np.testing.assert_array_equal(again.pack(), out.pack())
+
+
+@pytest.mark.mpi
+def test_migrate_across_periodic_boundary_keeps_ids():
+    rng = np.random.default_rng(3)
+    box = Box([0, 0, 0], [1, 1, 1], periodic=True)
+    d = CartesianDecomposition(box, comm)
+    allb = make_bodies(200, box, rng)
+    b = migrate(scatter_randomly(allb, rng), d, comm)
+    # push everything across the x boundary (and by several box lengths for some)
+    b.x[:, 0] += np.where(b.gid % 2 == 0, 0.999, -3.25)
+    before = {int(g): x.copy() for g, x in zip(b.gid, b.x)}
+    out = migrate(b, d, comm)
+    allb2 = gather(out)
+    before_all = {}
+    for dct in comm.allgather(before):
+        before_all.update(dct)
+    assert sorted(before_all) == sorted(allb2.gid.tolist())
+    for g, x in zip(allb2.gid, allb2.x):
+        assert np.all((x >= 0) & (x < 1))
+        dx = x - before_all[int(g)]
+        np.testing.assert_allclose(dx, np.rint(dx), atol=1e-12)  # moved by whole box lengths only
+    assert np.all(d.owner(out.x) == comm.rank)
+
+
+@pytest.mark.mpi
+def test_zero_bodies_everywhere_and_on_some_ranks():
+    box = Box([0, 0, 0], [1, 1, 1], periodic=True)
+    d = CartesianDecomposition(box, comm)
+    out = migrate(BodyStore(0), d, comm)
+    assert out.n == 0
+    b = BodyStore(gid=[5], x=[[0.99, 0.99, 0.99]]) if comm.rank == 0 else BodyStore(0)
+    out = migrate(b, d, comm)
+    assert comm.allreduce(out.n) == 1
+    assert out.n == (1 if d.owner([[0.99, 0.99, 0.99]])[0] == comm.rank else 0)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("same_rank", [True, False])
+def test_duplicated_body_raises_on_every_rank(same_rank):
+    rng = np.random.default_rng(9)
+    box = Box([0, 0, 0], [1, 1, 1], periodic=True)
+    d = CartesianDecomposition(box, comm)
+    allb = make_bodies(50, box, rng)
+    dup_gid = int(allb.gid[17])
+    mine = scatter_randomly(allb, rng)
+    holder = comm.size - 1 if same_rank else 0
+    if comm.rank == holder:
+        extra = allb.take([17])
+        extra.x = extra.x * 0.5 + 0.2  # different position: may go elsewhere
+        mine = BodyStore.concatenate([mine, extra])
+    with pytest.raises(MigrationError, match=f"duplicated body id\\(s\\): {dup_gid}") as ei:
+        migrate(mine, d, comm)
+    assert isinstance(ei.value, CollectiveError)
+
+
+@pytest.mark.mpi
+def test_non_finite_position_raises_on_every_rank():
+    box = Box([0, 0, 0], [1, 1, 1], periodic=False)
+    d = CartesianDecomposition(box, comm)
+    b = BodyStore(gid=[comm.rank * 10 + 1], x=[[0.5, 0.5, 0.5]])
+    if comm.rank == comm.size - 1:
+        b.x[0, 1] = np.nan
+    with pytest.raises(MigrationError, match=f"gids {(comm.size - 1) * 10 + 1}"):
+        migrate(b, d, comm)
