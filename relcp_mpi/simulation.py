@@ -125,12 +125,12 @@ class Simulation:
         return b, ghosts
 
     def _refresh(self, x_owned, q_owned):
+        """Ghost positions/orientations for trial owned states (collective, reuses the ghost plan)."""
         with self.timer.stage("ghosts"):
-            g = refresh_ghosts(x_owned, q_owned, self.ghost_plan_args())
-        return g
-
-    def ghost_plan_args(self):
-        return (self.bodies, self.decomp, self.comm)
+            trial = BodyStore(gid=self.bodies.gid, kind=self.bodies.kind, shape=self.bodies.shape,
+                              x=x_owned, q=q_owned)
+            g = refresh_ghosts(trial, self.ghosts, self.decomp, self.comm)
+        return g.x, g.q
 
     def check_initial_overlap(self):
         """Collective: raise DeckError (on every rank) naming overlapping initial bodies."""

@@ -7,7 +7,7 @@ from relcp_mpi.bodies.store import BodyStore
 from relcp_mpi.parallel.box import Box
 from relcp_mpi.parallel.decomposition import CartesianDecomposition, RCBDecomposition
 from relcp_mpi.parallel.errors import CollectiveError
-from relcp_mpi.parallel.migration import MigrationError, migrate
+from relcp_mpi.parallel.migration import MigrationError, migrate, pack_rows
 
 comm = MPI.COMM_WORLD
 
@@ -30,7 +30,7 @@ def scatter_randomly(allb, rng):
 
 
 def gather(b):
-    return BodyStore.concatenate([BodyStore.unpack(r) for r in comm.allgather(b.pack())])
+    return BodyStore.concatenate([BodyStore.unpack(r) for r in comm.allgather(pack_rows(b))])
 
 
 @pytest.mark.mpi
@@ -60,7 +60,7 @@ def test_migrate_to_owner(kind, periodic):
         np.testing.assert_array_equal(getattr(g, f), getattr(ref, f))
     # migrating again is a no-op
     again = migrate(out, d, comm)
-    np.testing.assert_array_equal(again.pack(), out.pack())
+    np.testing.assert_array_equal(pack_rows(again), pack_rows(out))
 
 
 @pytest.mark.mpi

@@ -76,7 +76,10 @@ def sort_rows_by_key(comm, keys, rows):
     from mpi4py import MPI
     keys = np.ascontiguousarray(keys, dtype=np.int64).reshape(-1)
     rows = np.ascontiguousarray(rows, dtype=np.float64)
-    rows = rows.reshape(len(keys), -1)
+    if rows.ndim == 1:
+        rows = rows.reshape(-1, 1)
+    if rows.ndim != 2 or rows.shape[0] != len(keys):
+        raise ValueError(f"rows must have shape ({len(keys)}, w), got {rows.shape}")
     width = rows.shape[1]
     order = np.argsort(keys, kind="stable")
     keys, rows = keys[order], rows[order]

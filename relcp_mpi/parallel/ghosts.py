@@ -22,6 +22,7 @@ import numpy as np
 from ..bodies.store import PACK_WIDTH, BodyStore
 from .decomposition import point_box_distance
 from .errors import check_collective
+from .migration import pack_rows
 
 __all__ = ["exchange_ghosts", "refresh_ghosts", "GhostPlan"]
 
@@ -100,7 +101,7 @@ def exchange_ghosts(bodies, decomp, comm, width, return_plan=False):
     comm.Alltoall(scount, rcount)
     sent = bodies.take(send_idx)
     sent.x = sent.x + send_shift
-    rows = np.concatenate([sent.pack(), send_shift], axis=1)
+    rows = np.concatenate([pack_rows(sent), send_shift], axis=1)
     recv = _alltoallv(rows, scount, rcount, PACK_WIDTH + 3, comm)
     g = BodyStore.unpack(recv[:, :PACK_WIDTH])
     shift = recv[:, PACK_WIDTH:]

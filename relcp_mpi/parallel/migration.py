@@ -11,7 +11,7 @@ import numpy as np
 from ..bodies.store import PACK_WIDTH, BodyStore
 from .errors import CollectiveError
 
-__all__ = ["migrate", "MigrationError", "alltoallv_rows"]
+__all__ = ["migrate", "MigrationError", "alltoallv_rows", "pack_rows"]
 
 _MAX_LISTED = 20
 
@@ -49,6 +49,13 @@ def alltoallv_rows(rows, dest, comm, dtype=np.float64):
     return recv
 
 
+def pack_rows(store):
+    """``store.pack()``, also for an empty store (BodyStore.pack cannot reshape zero rows)."""
+    if store.n == 0:
+        return np.zeros((0, PACK_WIDTH), dtype=np.float64)
+    return store.pack()
+
+
 def _fmt_ids(ids):
     ids = np.asarray(ids)
     s = ", ".join(str(int(i)) for i in ids[:_MAX_LISTED])
@@ -76,7 +83,7 @@ def migrate(bodies, decomp, comm, check=True):
         raise MigrationError(f"migrate: {int(nbad[0])} bodies have non-finite positions "
                              f"(gids {_fmt_ids(bad)})")
     dest = decomp.owner(b.x)
-    recv = alltoallv_rows(b.pack(), dest, comm)
+    recv = alltoallv_rows(pack_rows(b), dest, comm)
     out = BodyStore.unpack(recv).sort_by_gid()
     if check:
         _check_ids(b.gid, out.gid, comm, size)

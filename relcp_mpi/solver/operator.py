@@ -15,6 +15,9 @@ on the old handle (e.g. solver work Vecs) are released with it.
 """
 from __future__ import annotations
 
+import atexit
+import weakref
+
 import numpy as np
 
 from relcp_mpi.petsc import get_petsc
@@ -22,6 +25,30 @@ from relcp_mpi.petsc import get_petsc
 PETSc = get_petsc()
 
 __all__ = ["ContactOperator", "assemble_D", "as_mpi_comm", "as_petsc_comm"]
+
+# petsc4py 3.18 (Debian) segfaults at interpreter exit when a MATPYTHON shell whose context references other
+# PETSc objects is still alive.  Live operators are tracked weakly and destroyed by an atexit hook that runs before
+# petsc4py's own finalisation (atexit is LIFO and this module is imported after petsc4py is initialised).
+_LIVE = {}
+
+
+def _track(op):
+    key = id(op)
+    _LIVE[key] = weakref.ref(op, lambda _r, key=key: _LIVE.pop(key, None))
+
+
+def _destroy_live_operators():
+    for ref in list(_LIVE.values()):
+        op = ref()
+        if op is None:
+            continue
+        try:
+            op.destroy()
+        except Exception:  # pragma: no cover - best effort at exit
+            pass
+
+
+atexit.register(_destroy_live_operators)
 
 
 def as_petsc_comm(comm):
@@ -138,6 +165,7 @@ class ContactOperator(PETSc.Mat):
         self._ctx = _ContactCtx()
         self._sizes = None
         self.update(D, blocks)
+        _track(self)
 
     def update(self, D, blocks):
         """Swap in a new ``D`` and ``blocks``; re-creates the shell handle and work Vecs only if sizes change."""

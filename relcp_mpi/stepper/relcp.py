@@ -91,6 +91,9 @@ class StepSolver:
         self.op = None
 
     def free(self):
+        if self.op is not None:
+            self.op.destroy()
+            self.op = None
         if self.D is not None:
             self.D.destroy()
             self.D = None
@@ -215,10 +218,10 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
             Ut_v.destroy()
         # ---- solve --------------------------------------------------------------------------------------
         if solver.op is None:
-            solver.op = ContactOperator(D, scaled_blocks, comm=comm)
+            solver.op = ContactOperator(D, scaled_blocks)
         else:
             solver.op.update(D, scaled_blocks)
-        A = solver.op.mat
+        A = solver.op
         qv = D.createVecRight()
         qv.getArray()[:] = table.q
         gv = D.createVecRight()
