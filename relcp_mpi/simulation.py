@@ -179,6 +179,7 @@ class Simulation:
         b.x[:] = res.x
         b.q[:] = res.q
         b.u[:] = res.U
+        self.contact_force = res.F          # (n_owned, 6) constraint force/torque of the step [F, F L]
         if np.any(b.growth != 0):
             b.shape[:, 1] += self.dt * b.growth
         self.warm = (res.table.keys(), res.gamma)

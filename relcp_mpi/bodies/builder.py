@@ -35,6 +35,21 @@ def _shape_row(b):
     return list(b["axes"])
 
 
+def _largest_lattice_spacing(ext, n):
+    """Largest s such that prod(floor(ext / s)) >= n (candidates are ext_k / m, m = 1..n)."""
+    m = np.arange(1, n + 1)
+    cand = np.unique(np.concatenate([e / m for e in ext]))[::-1]
+    # prod(floor(ext/s)) is non-increasing in s: bisect over the sorted candidates
+    lo, hi = 0, len(cand) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if np.prod(np.floor(ext / cand[mid] + 1e-9)) >= n:
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(cand[lo])
+
+
 def build_bodies(deck):
     """Global BodyStore of all initial bodies, ordered by gid (explicit bodies first, then generators)."""
     seed = deck["seed"]
@@ -69,11 +84,11 @@ def build_bodies(deck):
         spacing = g["spacing"]
         ext = hi - lo
         if spacing is None:
-            spacing = (np.prod(ext) / n) ** (1.0 / 3.0)
-        dims = np.maximum(np.floor(ext / spacing).astype(int), 1)
-        while np.prod(dims) < n:            # enlarge a 3-vector until the lattice holds n sites
-            spacing *= 0.98
-            dims = np.maximum(np.floor(ext / spacing).astype(int), 1)
+            spacing = _largest_lattice_spacing(ext, n)
+        dims = np.maximum(np.floor(ext / spacing + 1e-9).astype(int), 1)
+        if np.prod(dims) < n:
+            raise DeckError([f"generate[{k}]: spacing {spacing:g} gives only {int(np.prod(dims))} lattice sites "
+                             f"in region lo={lo.tolist()} hi={hi.tolist()}, fewer than count={n}"])
         if spacing < 2 * rb:
             raise DeckError([f"generate[{k}]: cannot place {n} {g['shape']}s (bounding radius {rb:g}) in region "
                              f"lo={lo.tolist()} hi={hi.tolist()} without overlap: lattice spacing {spacing:g} "
