@@ -11,6 +11,7 @@ Each step (collective over all ranks):
 5. commit, grow spherocylinders, output trajectory frames / checkpoints / progress.
 """
 import os
+import signal
 import time
 
 import numpy as np
@@ -26,10 +27,35 @@ from relcp_mpi.io.progress import Progress, StageTimer
 from relcp_mpi.parallel.box import Box
 from relcp_mpi.parallel import decomposition as pdecomp
 from relcp_mpi.parallel.ghosts import exchange_ghosts, refresh_ghosts
-from relcp_mpi.parallel.migration import migrate
+from relcp_mpi.parallel.migration import alltoallv_rows, migrate
 from relcp_mpi.physics.mobility import mobility_blocks
 from relcp_mpi.contact.neighbors import candidate_pairs, wall_candidates
 from relcp_mpi.stepper.relcp import StepInput, StepParams, StepSolver, relcp_step
+
+
+EXIT_SIGNAL_CHECKPOINT = 3
+
+
+class StopRequested(Exception):
+    """Raised by :meth:`Simulation.run` after a signal-triggered checkpoint was written."""
+
+    def __init__(self, signum, path):
+        super().__init__(f"stopped by signal {signum}; checkpoint written to {path}")
+        self.signum = signum
+        self.path = path
+
+
+_SIGNAL_FLAG = {"signum": 0}
+
+
+def _on_signal(signum, frame):
+    _SIGNAL_FLAG["signum"] = signum
+
+
+def install_signal_handlers():
+    """SIGTERM and SIGUSR1 (what SLURM sends before the time limit) request checkpoint-and-exit."""
+    for sig in (signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(sig, _on_signal)
 
 
 class Simulation:
@@ -111,6 +137,7 @@ class Simulation:
         """Migrate, number rows, exchange ghosts.  Returns the combined arrays for the stepper."""
         comm = self.comm
         with self.timer.stage("migrate"):
+            self._route_warm_with_bodies()
             self.bodies = migrate(self.bodies, self.decomp, comm)
         b = self.bodies
         n = len(b)
@@ -123,6 +150,40 @@ class Simulation:
         self.ghosts = ghosts
         self.ghost_shift = shift
         return b, ghosts
+
+    def _route_warm_with_bodies(self):
+        """Send warm-start rows to the rank that will own body gid_i after migration (collective).
+
+        Before migration every row's gid_i is an owned body of this rank (the pair owner owns the lower gid),
+        so a row goes wherever its body goes and warm starts survive migration."""
+        keys, vals = self.warm
+        if keys is None:
+            keys = np.zeros(0, dtype=[("a", np.int64), ("b", np.int64), ("k", np.int64)])
+            vals = np.zeros(0)
+        b = self.bodies
+        order = np.argsort(b.gid)
+        pos = np.searchsorted(b.gid[order], keys["a"])
+        ok = (pos < len(b)) & (b.gid[order][np.minimum(pos, max(len(b) - 1, 0))] == keys["a"]) if len(b) else \
+            np.zeros(len(keys), bool)
+        keys, vals = keys[ok], np.asarray(vals)[ok]
+        idx = order[pos[ok]]
+        dest = self.decomp.owner(self.box.wrap(b.x[idx])) if len(idx) else np.zeros(0, np.int64)
+        rows = np.stack([keys["a"], keys["b"], keys["k"]], axis=1).astype(np.float64) if len(keys) else \
+            np.zeros((0, 3))
+        recv = alltoallv_rows(np.concatenate([rows, vals[:, None]], axis=1) if len(keys) else np.zeros((0, 4)),
+                              dest, self.comm)
+        k = np.empty(len(recv), dtype=keys.dtype)
+        k["a"], k["b"], k["k"] = (np.rint(recv[:, c]).astype(np.int64) for c in range(3))
+        self.warm = (k, recv[:, 3].copy())
+
+    def _adopt_warm(self, warm_keys, warm_vals):
+        """Restart: every rank keeps the warm rows whose gid_i it owns (allgather + filter, collective)."""
+        parts = self.comm.allgather((warm_keys, warm_vals))
+        keys = np.concatenate([p[0] for p in parts if p[0] is not None] or
+                              [np.zeros(0, dtype=[("a", np.int64), ("b", np.int64), ("k", np.int64)])])
+        vals = np.concatenate([p[1] for p in parts if p[1] is not None] or [np.zeros(0)])
+        mine = np.isin(keys["a"], self.bodies.gid)
+        self.warm = (keys[mine], vals[mine])
 
     def _refresh(self, x_owned, q_owned):
         """Ghost positions/orientations for trial owned states (collective, reuses the ghost plan)."""
@@ -204,7 +265,16 @@ class Simulation:
                             force=self.step == self.n_steps)
                 if writer is not None and out["trajectory_every"] and self.step % out["trajectory_every"] == 0:
                     with self.timer.stage("output"):
-                        writer.write_frame(self.step, self.time, self.bodies.sort_by_gid(), self.diag)
+                        writer.write_frame(self.step, self.time, self.bodies, self.diag)
+                # one tiny allreduce per step: did any rank receive SIGTERM/SIGUSR1?
+                signum = self.comm.allreduce(_SIGNAL_FLAG["signum"], op=MPI.MAX)
+                ck = out["checkpoint_every"]
+                if signum or (ck and self.step % ck == 0) or (ck and self.step == self.n_steps):
+                    with self.timer.stage("output"):
+                        path = self.write_checkpoint()
+                    if signum:
+                        _SIGNAL_FLAG["signum"] = 0
+                        raise StopRequested(signum, path)
         finally:
             if writer is not None:
                 writer.close()
@@ -222,7 +292,56 @@ class Simulation:
             os.makedirs(d, exist_ok=True)
         self.comm.Barrier()
         path = os.path.join(d, f"{self.deck['name']}.h5")
-        return TrajectoryWriter(path, self.comm, append=self.step > 0)
+        return TrajectoryWriter(path, self.comm, append=self.step > 0,
+                                restart_step=self.step if self.step > 0 else None)
+
+    # ------------------------------------------------------------------------------------------------
+    @property
+    def checkpoint_prefix(self):
+        return os.path.join(self.deck["output"]["directory"], f"{self.deck['name']}_ckpt")
+
+    def write_checkpoint(self):
+        """Collective atomic checkpoint of the full state; returns its path."""
+        from relcp_mpi.io.checkpoint import checkpoint_path, write_checkpoint
+        if self.comm.rank == 0:
+            os.makedirs(self.deck["output"]["directory"], exist_ok=True)
+        keys, vals = self.warm
+        warm = None
+        if keys is not None:
+            warm = {"gid_i": keys["a"], "gid_j": keys["b"], "sub": keys["k"], "gamma": np.asarray(vals, float)}
+        meta = {"step": int(self.step), "time": float(self.time), "dt": float(self.dt), "deck": self.deck_text,
+                "seed": int(self.deck["seed"]), "next_gid": int(self.next_gid),
+                "decomposition": self.deck["parallel"]["decomposition"], "n_bodies": int(self.n_global)}
+        path = checkpoint_path(self.checkpoint_prefix, self.step)
+        return write_checkpoint(path, self.comm, self.bodies, meta, warm,
+                                keep=self.deck["output"]["keep_checkpoints"])
+
+    @classmethod
+    def from_checkpoint(cls, path, deck, deck_text="", comm=None):
+        """Continue a run from a checkpoint (any rank count).  ``path`` may be 'latest'."""
+        from relcp_mpi.io.checkpoint import CheckpointError, check_compatible, latest_checkpoint, read_checkpoint
+        comm = comm if comm is not None else MPI.COMM_WORLD
+        if path == "latest":
+            prefix = os.path.join(deck["output"]["directory"], f"{deck['name']}_ckpt")
+            found = latest_checkpoint(prefix, valid_only=True) if comm.rank == 0 else None
+            found = comm.bcast(found, root=0)
+            if found is None:
+                raise CheckpointError(f"no valid checkpoint '{prefix}_<step>.h5' to restart from")
+            path = found
+        bodies, meta, warm = read_checkpoint(path, comm)
+        import yaml
+        check_compatible(meta, yaml.safe_load(deck_text) if deck_text else deck, path=path)
+        keys = None
+        vals = None
+        if warm and len(warm.get("gid_i", [])) >= 0 and "gid_i" in warm:
+            keys = np.empty(len(warm["gid_i"]), dtype=[("a", np.int64), ("b", np.int64), ("k", np.int64)])
+            keys["a"], keys["b"], keys["k"] = warm["gid_i"], warm["gid_j"], warm["sub"]
+            vals = np.asarray(warm["gamma"], float)
+        sim = cls(deck, deck_text, comm, bodies=bodies, step=int(meta["step"]), time0=float(meta["time"]))
+        sim._adopt_warm(keys, vals)
+        sim.next_gid = max(sim.next_gid, int(meta.get("next_gid", 0)))
+        sim.restarted_from = path
+        return sim
 
     def summary(self):
         """Multi-line run summary (collective; meaningful on rank 0)."""

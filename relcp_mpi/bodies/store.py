@@ -101,8 +101,8 @@ class BodyStore:
         sel = self if idx is None else self.take(idx)
         if sel.n and np.abs(sel.gid).max() >= 2 ** 53:
             raise OverflowError("global ids must be < 2**53 to be packed into float64")
-        cols = [getattr(sel, f).reshape(sel.n, -1).astype(np.float64) for f in FIELDS]
-        return np.concatenate(cols, axis=1) if cols else np.zeros((0, PACK_WIDTH))
+        cols = [getattr(sel, f).reshape(sel.n, _width(t)).astype(np.float64) for f, (_, t) in FIELDS.items()]
+        return np.concatenate(cols, axis=1)
 
     @staticmethod
     def unpack(buf):

@@ -119,7 +119,7 @@ def format_error(rank, exc_type, exc, tb):
     if isinstance(exc, CollectiveError) and exc.local_traceback:
         orig = exc.messages.get(rank, _describe(exc))
         head = f"{_PREFIX}: error on rank {rank}: {orig}\n"
-        body = exc.local_traceback + f"(collective phase '{exc.phase}': {exc})\n"
+        body = exc.local_traceback + f"(raised on every rank as CollectiveError: {exc})\n"
         return head + body
     head = f"{_PREFIX}: error on rank {rank}: {exc_type.__name__}: {exc}\n"
     return head + "".join(traceback.format_exception(exc_type, exc, tb))
@@ -129,7 +129,8 @@ def install_excepthook(comm=None, grace=3.0):
     """Install a ``sys.excepthook`` that reports an uncaught exception once and aborts the MPI job.
 
     ``grace`` (seconds): for a :class:`CollectiveError` the ranks that do not print wait at most this
-    long for the printing rank's abort before calling ``Abort`` themselves.
+    long for the printing rank's abort; if it has not come (e.g. that rank caught the error) they
+    print the message themselves and call ``Abort``.
     Returns the previous hook.
     """
     comm = _world() if comm is None else comm
@@ -146,7 +147,9 @@ def install_excepthook(comm=None, grace=3.0):
                 sys.stderr.flush()
                 sys.stdout.flush()
             else:
-                time.sleep(grace)
+                time.sleep(grace)  # normally the printing rank's Abort ends us during this sleep
+                sys.stderr.write(format_error(rank, exc_type, exc, tb))
+                sys.stderr.flush()
         finally:
             try:
                 comm.Abort(1)

@@ -42,6 +42,7 @@ class GhostPlan:
     rcount: np.ndarray           # (size,) rows received from each rank
     recv_perm: np.ndarray        # (g,) received-row order -> ghost order
     ghost_gid: np.ndarray        # (g,) gids of the ghosts, in ghost order
+    ghost_rank: np.ndarray       # (g,) owner rank of each ghost, in ghost order
 
     @property
     def n_ghost(self):
@@ -110,7 +111,8 @@ def exchange_ghosts(bodies, decomp, comm, width, return_plan=False):
     image_shift = np.ascontiguousarray(shift[perm])
     plan = GhostPlan(width=w, n_owned=n, send_idx=send_idx, send_shift=send_shift,
                      send_gid=bodies.gid[send_idx].copy(), scount=scount, rcount=rcount,
-                     recv_perm=perm, ghost_gid=ghosts.gid.copy())
+                     recv_perm=perm, ghost_gid=ghosts.gid.copy(),
+                     ghost_rank=np.repeat(np.arange(size, dtype=np.int64), rcount)[perm])
     decomp.last_ghost_plan = plan
     if return_plan:
         return ghosts, image_shift, plan
