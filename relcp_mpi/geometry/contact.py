@@ -1,0 +1,177 @@
+"""Contact geometry dispatcher: signed separation, shared normal and witness points for mixed body kinds.
+
+Contract (docs/ARCHITECTURE.md, "Geometry contract"): for a pair (i, j) the unit normal points from j towards
+i, ``sep`` is the signed separation (negative = overlap), ``p_i``/``p_j`` are witness points on the surfaces
+with ``sep = n . (p_i - p_j)``.
+
+Definitions used per kind combination:
+
+================================  =======================================================================
+sphere/spherocylinder pairs       core (point/segment) distance minus both radii (exact to rounding)
+ellipsoid with sphere             ``sdf_E(centre) - R`` (exact signed distance, foot-point Newton)
+ellipsoid with spherocylinder     ``min_t sdf_E(c + t a) - R`` (1-D convex minimisation)
+ellipsoid with ellipsoid          ``max_|u|=1 [min_{a in i} u.a - max_{b in j} u.b]`` (Riemannian Newton)
+================================  =======================================================================
+
+Pairs are grouped by kind combination with masks; every kernel is batched (no Python loop over pairs).
+Pairs with the ellipsoid as body i are evaluated with the bodies swapped and the result flipped
+(normal -> -normal, p_i <-> p_j), so swapping i and j flips the normal exactly for those kinds.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..bodies.shapes import SPHERE, SPHEROCYLINDER, ELLIPSOID, KIND_NAMES
+from . import quaternion
+from .sphere import sphere_sphere
+from .spherocylinder import capsule_capsule
+from .ellipsoid import sphere_vs_ellipsoid, capsule_vs_ellipsoid, ellipsoid_vs_ellipsoid
+from .wall import body_wall
+
+
+class GeometryError(RuntimeError):
+    """A geometry kernel did not converge; ``pairs`` holds the failing pair indices (into the input arrays)."""
+
+    def __init__(self, message, pairs=()):
+        super().__init__(message)
+        self.pairs = np.asarray(pairs, dtype=np.int64)
+
+
+@dataclass
+class ContactGeometry:
+    sep: np.ndarray        # (m,)   signed separation, negative = overlap
+    normal: np.ndarray     # (m, 3) unit, from j towards i
+    p_i: np.ndarray        # (m, 3) witness point on the surface of i (lab frame)
+    p_j: np.ndarray        # (m, 3) witness point on the surface of j
+    converged: np.ndarray  # (m,)   bool
+
+    def __len__(self):
+        return self.sep.shape[0]
+
+
+def _empty(m):
+    return ContactGeometry(np.empty(m), np.empty((m, 3)), np.empty((m, 3)), np.empty((m, 3)),
+                           np.ones(m, dtype=bool))
+
+
+def _prep(kind, shape, x, q, m):
+    kind = np.broadcast_to(np.asarray(kind, dtype=np.int64), (m,))
+    shape = np.broadcast_to(np.asarray(shape, dtype=float), (m, 3))
+    x = np.asarray(x, dtype=float).reshape(m, 3)
+    q = np.broadcast_to(np.asarray(q, dtype=float), (m, 4))
+    return kind, shape, x, q
+
+
+def _raise_if_failed(conv, what):
+    bad = np.nonzero(~conv)[0]
+    if bad.size:
+        shown = bad[:20].tolist()
+        more = "" if bad.size <= 20 else f" (+{bad.size - 20} more)"
+        raise GeometryError(f"{what}: geometry solve did not converge for {bad.size} pair(s), "
+                            f"indices {shown}{more}", bad)
+
+
+def pair_snsd(kind_i, shape_i, x_i, q_i, kind_j, shape_j, x_j, q_j, *, tol=1e-12, check=True, max_iter=None):
+    """Signed separation, shared normal and witness points for m pairs of bodies (any kinds).
+
+    kind_*: (m,) int shape codes (or a scalar), shape_*: (m, 3) (or (3,)), x_*: (m, 3) centres,
+    q_*: (m, 4) unit quaternions (w, x, y, z), body -> lab.
+    tol: relative tolerance of the iterative (ellipsoid) solvers.  max_iter: iteration cap of the iterative
+    solvers (None = defaults: 50 Newton iterations for ellipsoid pairs, 100 for foot points and the 1-D
+    capsule search).  check: raise :class:`GeometryError` naming the pair indices that did not converge.
+    """
+    x_i = np.asarray(x_i, dtype=float).reshape(-1, 3)
+    m = x_i.shape[0]
+    if m == 0:
+        return _empty(0)
+    kind_i, shape_i, x_i, q_i = _prep(kind_i, shape_i, x_i, q_i, m)
+    kind_j, shape_j, x_j, q_j = _prep(kind_j, shape_j, x_j, q_j, m)
+    for k in (kind_i, kind_j):
+        bad = ~np.isin(k, list(KIND_NAMES))
+        if np.any(bad):
+            raise ValueError(f"unknown shape kind(s) {np.unique(k[bad]).tolist()}")
+    it_ee = 50 if max_iter is None else max_iter
+    it_1d = 100 if max_iter is None else max_iter
+
+    R_i = quaternion.to_matrix(q_i)
+    R_j = quaternion.to_matrix(q_j)
+    sep = np.full(m, np.nan)
+    normal = np.full((m, 3), np.nan)
+    p_i = np.full((m, 3), np.nan)
+    p_j = np.full((m, 3), np.nan)
+    conv = np.zeros(m, dtype=bool)
+
+    def store(mask, flip, res):
+        s, n, pa, pb, c = res
+        sep[mask] = s
+        if flip:
+            normal[mask] = -n
+            p_i[mask] = pb
+            p_j[mask] = pa
+        else:
+            normal[mask] = n
+            p_i[mask] = pa
+            p_j[mask] = pb
+        conv[mask] = c
+
+    def side(mask, which):
+        if which == "i":
+            return kind_i[mask], shape_i[mask], x_i[mask], R_i[mask]
+        return kind_j[mask], shape_j[mask], x_j[mask], R_j[mask]
+
+    round_i = kind_i != ELLIPSOID
+    round_j = kind_j != ELLIPSOID
+
+    # sphere - sphere
+    mk = (kind_i == SPHERE) & (kind_j == SPHERE)
+    if np.any(mk):
+        s, n, a, b = sphere_sphere(x_i[mk], shape_i[mk, 0], x_j[mk], shape_j[mk, 0])
+        store(mk, False, (s, n, a, b, np.ones(s.shape, dtype=bool)))
+    # sphere / spherocylinder mixtures (core segments; a sphere is a segment of half length 0)
+    mk = round_i & round_j & ~((kind_i == SPHERE) & (kind_j == SPHERE))
+    if np.any(mk):
+        hi_ = np.where(kind_i[mk] == SPHEROCYLINDER, 0.5 * shape_i[mk, 1], 0.0)
+        hj_ = np.where(kind_j[mk] == SPHEROCYLINDER, 0.5 * shape_j[mk, 1], 0.0)
+        s, n, a, b = capsule_capsule(x_i[mk], R_i[mk, :, 2], hi_, shape_i[mk, 0],
+                                     x_j[mk], R_j[mk, :, 2], hj_, shape_j[mk, 0])
+        store(mk, False, (s, n, a, b, np.ones(s.shape, dtype=bool)))
+    # round body vs ellipsoid, both orders: the kernels take (round = A, ellipsoid = B)
+    for flip, A, B, kA, kB in ((False, "i", "j", kind_i, kind_j), (True, "j", "i", kind_j, kind_i)):
+        mk = (kA == SPHERE) & (kB == ELLIPSOID)
+        if np.any(mk):
+            _, shA, xA, _ = side(mk, A)
+            _, shB, xB, RB = side(mk, B)
+            store(mk, flip, sphere_vs_ellipsoid(xA, shA[:, 0], xB, RB, shB, max_iter=it_1d))
+        mk = (kA == SPHEROCYLINDER) & (kB == ELLIPSOID)
+        if np.any(mk):
+            _, shA, xA, RA = side(mk, A)
+            _, shB, xB, RB = side(mk, B)
+            store(mk, flip, capsule_vs_ellipsoid(xA, RA[:, :, 2], 0.5 * shA[:, 1], shA[:, 0], xB, RB, shB,
+                                                 tol=tol, max_iter=it_1d))
+    # ellipsoid - ellipsoid
+    mk = (kind_i == ELLIPSOID) & (kind_j == ELLIPSOID)
+    if np.any(mk):
+        store(mk, False, ellipsoid_vs_ellipsoid(x_i[mk], R_i[mk], shape_i[mk], x_j[mk], R_j[mk], shape_j[mk],
+                                                tol=tol, max_iter=it_ee))
+    if check:
+        _raise_if_failed(conv, "pair_snsd")
+    return ContactGeometry(sep, normal, p_i, p_j, conv)
+
+
+def wall_snsd(kind, shape, x, q, wall_point, wall_normal):
+    """Signed separation of m bodies (body i) from m walls (plane point, unit normal into the allowed side).
+
+    wall_point / wall_normal may be (3,) (one wall for all) or (m, 3).  The normal is renormalised.
+    ``sep = min_{y in body} n . (y - wall_point)``; ``p_j`` is the projection of ``p_i`` on the plane.
+    """
+    x = np.asarray(x, dtype=float).reshape(-1, 3)
+    m = x.shape[0]
+    if m == 0:
+        return _empty(0)
+    kind, shape, x, q = _prep(kind, shape, x, q, m)
+    w = np.broadcast_to(np.asarray(wall_point, dtype=float), (m, 3))
+    n = np.broadcast_to(np.asarray(wall_normal, dtype=float), (m, 3))
+    n = n / np.linalg.norm(n, axis=1)[:, None]
+    R = quaternion.to_matrix(q)
+    sep, n, p_i, p_j = body_wall(kind, shape, x, R, w, n)
+    return ContactGeometry(sep, n, p_i, p_j, np.ones(m, dtype=bool))
