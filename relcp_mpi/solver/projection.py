@@ -134,6 +134,8 @@ def _eps_from_sup(s, d, safe, nred=0):
     if not np.isfinite(s):
         return float("inf")
     s = max(s, 0.0)
+    if d == 0:
+        return 0.0
     if safe:
         k = d + 4 + nred
         s = s * (1.0 + k * _U / (1.0 - k * _U)) + k * _TINY
@@ -179,7 +181,7 @@ def certificate_box_mpi(y_local, p_local, comm, lo=0.0, hi=np.inf, safe=True):
         buf = out
     if buf[2] > 0:
         raise ValueError("certificate needs a feasible p (p in C) on every rank")
-    return _eps_from_sup(buf[0], int(buf[1]), safe, nred=_comm_size(comm))
+    return _eps_from_sup(buf[0], int(buf[1]), safe, nred=_comm_size(comm) - 1)
 
 
 def certificate_orthant_mpi(y_local, p_local, comm, safe=True):

@@ -1,0 +1,291 @@
+"""LCP front end: ``solve_lcp``, ``minmap_residual``, ``SolverResult``, ``SolverError`` and shared machinery.
+
+Problem: find ``x`` with ``0 <= x  _|_  A x + q >= 0`` (A symmetric positive semidefinite, a PETSc Mat: assembled
+AIJ or a shell such as :class:`relcp_mpi.solver.operator.ContactOperator`).  Equivalent bound-constrained QP:
+``min 1/2 x^T A x + q^T x  s.t.  x >= 0``.
+
+Residual (every method, convergence test): the min-map / projected-gradient residual
+``r(x) = ||x - P(x - (A x + q))||_inf = ||min(x, A x + q)||_inf`` for ``x >= 0``.
+
+Contract::
+
+    result = solve_lcp(A, q, x, method="bbpgd", tol=1e-8, max_iter=10000, raise_on_fail=True, **options)
+
+``x`` is the initial guess on entry (it is first projected onto ``x >= 0`` in place) and the solution on exit.
+``result`` is a :class:`SolverResult`; non-convergence raises :class:`SolverError` carrying the residual history
+(or returns ``converged=False`` when ``raise_on_fail=False``).  All ranks of ``A``'s communicator must call.
+
+Methods: ``'bbpgd'`` (default, :mod:`.bbpgd`), ``'apgd'`` (:mod:`.apgd`), ``'tao-<type>'`` (:mod:`.tao`, e.g.
+``'tao-bncg'``, ``'tao-blmvm'``, ``'tao-tron'``, ``'tao-bnls'``, ``'tao-bntr'``, ``'tao-bqnls'``, ``'tao-gpcg'``).
+
+Certificate (``SolverResult.certificate``, see :func:`certify`): for the final iterate ``x`` (``x >= 0``), its
+computed gradient ``g = A x + q`` and the method's last step ``t > 0`` (BBPGD: last Barzilai-Borwein step;
+APGD: ``1/L``; TAO: ``1``), ``certificate`` is an upper bound ``eps`` on the fixed-point residual
+``||x - P(x - t g)||_2`` obtained from seed 001's approximate-projection theorem (``p in C`` and
+``sup_{z in C} <y - p, z - p> <= eps^2`` imply ``||p - P_C(y)||_2 <= eps``), applied with ``y = x - t g`` and
+the two feasible points ``p = x`` (gives ``sqrt(t x.g)`` when ``g >= 0``, else ``inf``) and ``p = P(y)``
+(gives ``||x - P(y)||_2`` plus the certificate of ``P(y)`` itself, 0 up to rounding), combined by the triangle
+inequality and taking the smaller.  ``x`` is a solution iff this residual is 0, for any ``t > 0``.
+
+Error bound (``SolverResult.error_bound``, only when ``mu`` > 0 is passed: a lower bound on the smallest eigenvalue
+of the symmetric part of A, i.e. A is then positive definite and the solution ``x*`` is unique):
+with ``x+ = P(x - t g)`` and ``e = x - x+``,
+``||x - x*||_2 <= ||e||_2 + ||e - t A e||_2 / (t mu)``.
+Proof: the projection VI at ``x+`` (seed 001) with ``z = x*`` and the LCP's VI at ``x*`` with ``z = x+`` give
+``t <A(x+ - x*), x+ - x*> <= <(I - t A) e, x+ - x*>``, hence ``||x+ - x*|| <= ||(I - tA) e|| / (t mu)``; add
+``||e||`` (bounded by ``certificate``).  This costs one extra matvec.  What is *claimed*: these bounds hold in
+exact arithmetic for the computed ``x``, ``g``, ``A e`` (floating-point error in forming ``g`` and ``A e`` is not
+included; the projection certificate itself is rounded upwards).  Nothing is claimed when ``mu`` is not given
+(``error_bound = nan``); if the given ``mu`` is not a valid lower bound, neither is the error bound.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from relcp_mpi.petsc import get_petsc
+from relcp_mpi.solver import projection as _proj
+
+PETSc = get_petsc()
+
+__all__ = ["SolverResult", "SolverError", "solve_lcp", "minmap_residual", "certify", "METHODS"]
+
+_U = np.finfo(np.float64).eps / 2.0
+
+METHODS = ("bbpgd", "apgd", "tao-bncg", "tao-blmvm", "tao-tron", "tao-bnls", "tao-bntr", "tao-bqnls", "tao-gpcg")
+
+
+@dataclass
+class SolverResult:
+    """Outcome of an LCP solve (fields in the order of the architecture contract; the last two are extras)."""
+
+    converged: bool
+    iterations: int
+    residual: float
+    history: np.ndarray
+    certificate: float
+    method: str
+    error_bound: float = float("nan")
+    step: float = float("nan")
+
+
+class SolverError(RuntimeError):
+    """Raised when an LCP solve does not reach the tolerance.  Carries ``method``, ``iterations``, ``residual``,
+    ``tol``, ``history`` (np.ndarray of residuals, entry 0 = initial guess) and ``result`` (the SolverResult)."""
+
+    def __init__(self, method, iterations, residual, tol, history, reason="maximum iterations reached",
+                 result=None):
+        self.method = method
+        self.iterations = int(iterations)
+        self.residual = float(residual)
+        self.tol = float(tol)
+        self.history = np.asarray(history, dtype=float)
+        self.reason = reason
+        self.result = result
+        super().__init__(
+            "LCP solver '%s' did not converge (%s): min-map residual %.3e > tol %.3e after %d iterations"
+            % (method, reason, self.residual, self.tol, self.iterations))
+
+
+# ------------------------------------------------------------------------------------------- shared machinery
+def mpi_comm_of(obj):
+    """mpi4py communicator of a PETSc object."""
+    return obj.getComm().tompi4py()
+
+
+_OPS = {}
+
+
+def _fused_op(nsum):
+    """User MPI op: elementwise sum of the first ``nsum`` doubles, max of the rest (commutative)."""
+    op = _OPS.get(nsum)
+    if op is None:
+        from mpi4py import MPI
+
+        def fn(inbuf, outbuf, datatype, _n=nsum):
+            a = np.frombuffer(inbuf, dtype=np.float64)
+            b = np.frombuffer(outbuf, dtype=np.float64)
+            b[:_n] += a[:_n]
+            np.maximum(b[_n:], a[_n:], out=b[_n:])
+
+        op = MPI.Op.Create(fn, commute=True)
+        _OPS[nsum] = op
+    return op
+
+
+class FusedReducer:
+    """One ``Allreduce`` for several sums and maxima: ``reduce(sums, maxes) -> (sums, maxes)`` (numpy arrays).
+
+    PETSc's ``VecDot``/``VecNorm`` cost one allreduce each; the solvers compute all per-iteration local dot products
+    and maxima with numpy and call this once per iteration.  On one rank no MPI call is made.
+    """
+
+    def __init__(self, comm, nsum, nmax):
+        self.comm = comm
+        self.nsum = nsum
+        self.buf = np.zeros(nsum + nmax)
+        self.out = np.zeros(nsum + nmax)
+        self.parallel = comm is not None and comm.Get_size() > 1
+        self.op = _fused_op(nsum) if self.parallel else None
+        self.count = 0
+
+    def reduce(self, sums, maxes):
+        n = self.nsum
+        self.buf[:n] = sums
+        self.buf[n:] = maxes
+        if self.parallel:
+            from mpi4py import MPI
+            self.comm.Allreduce([self.buf, MPI.DOUBLE], [self.out, MPI.DOUBLE], op=self.op)
+            res = self.out
+        else:
+            res = self.buf
+        self.count += 1
+        return res[:n].copy(), res[n:].copy()
+
+
+def work_vecs(A, tag, template, n):
+    """``n`` work Vecs laid out like ``template``, persistent across calls: composed on ``A`` under
+    ``relcp_<tag>_<i>`` and re-created only if the (local, global) size changed.  They die with ``A``."""
+    out = []
+    lsz, gsz = template.getLocalSize(), template.getSize()
+    for i in range(n):
+        name = "relcp_%s_%d" % (tag, i)
+        v = A.query(name)
+        if v is None or v.getLocalSize() != lsz or v.getSize() != gsz:
+            v = template.duplicate()
+            A.compose(name, v)
+        out.append(v)
+    return out
+
+
+def check_layout(A, q, x, comm):
+    """Collective check that x, q match A's column layout (raises ValueError on every rank)."""
+    nl = A.getLocalSize()[1]
+    bad = 0.0 if (x.getLocalSize() == nl and q.getLocalSize() == nl) else 1.0
+    if comm.Get_size() > 1:
+        from mpi4py import MPI
+        bad = comm.allreduce(bad, op=MPI.MAX)
+    if bad:
+        raise ValueError("solve_lcp: x and q must have the column layout of A (local size %d on this rank; "
+                         "got x %d, q %d)" % (nl, x.getLocalSize(), q.getLocalSize()))
+
+
+def minmap_local(X, G):
+    """Local ``||min(X, G)||_inf`` = ``||X - max(X - G, 0)||_inf`` for X >= 0 (0 for empty arrays)."""
+    if X.size == 0:
+        return 0.0
+    return float(np.abs(np.minimum(X, G)).max())
+
+
+def minmap_residual(A, q, x):
+    """Global min-map residual ``||x - P(x - (A x + q))||_inf`` (exact formula ``||min(x, Ax+q)||_inf`` is used
+    for ``x >= 0``; for infeasible ``x`` the infeasibility ``max(-x)`` enters through the same formula).
+    Collective; uses a persistent work Vec composed on ``A``."""
+    comm = mpi_comm_of(A)
+    (g,) = work_vecs(A, "minmap", x, 1)
+    A.mult(x, g)
+    G = g.getArray()
+    G += q.getArray(readonly=True)
+    X = x.getArray(readonly=True)
+    r = float(np.abs(X - np.maximum(X - G, 0.0)).max()) if X.size else 0.0
+    g.stateIncrease()
+    if comm.Get_size() > 1:
+        from mpi4py import MPI
+        r = comm.allreduce(r, op=MPI.MAX)
+    return r
+
+
+def certify(A, q, x, g=None, t=1.0, mu=None):
+    """``(certificate, error_bound)`` for iterate ``x`` (>= 0) with gradient ``g = A x + q`` (computed if None)
+    and step ``t``.  See the module docstring for the exact claims.  Collective (1 or 2 reductions; one extra
+    matvec when ``mu`` is given, two when ``g`` is None)."""
+    comm = mpi_comm_of(A)
+    t = float(t) if (t is not None and np.isfinite(t) and t > 0) else 1.0
+    X = x.getArray(readonly=True)
+    if g is None:
+        (gv,) = work_vecs(A, "cert_g", x, 1)
+        A.mult(x, gv)
+        G = gv.getArray()
+        G += q.getArray(readonly=True)
+        gv.stateIncrease()
+    else:
+        G = g.getArray(readonly=True)
+    n_loc = X.size
+    Y = X - t * G
+    Xp = np.maximum(Y, 0.0)
+    E = X - Xp
+    ok = bool(np.all(X >= 0.0))
+    sup_x = float(_proj._sup_terms(Y, X, 0.0, np.inf).sum()) if (n_loc and ok) else (0.0 if ok else np.inf)
+    sup_p = float(_proj._sup_terms(Y, Xp, 0.0, np.inf).sum()) if n_loc else 0.0
+    ee = float(E @ E) if n_loc else 0.0
+    red = FusedReducer(comm, 4, 0)
+    (s_x, s_p, ee, n_glob), _ = red.reduce([sup_x, sup_p, ee, float(n_loc)], [])
+    size = comm.Get_size()
+    eps_a = _proj._eps_from_sup(s_x, int(n_glob), True, nred=size)
+    k = int(n_glob) + size + 2
+    norm_e = np.sqrt(ee * (1.0 + k * _U / (1.0 - k * _U))) * (1.0 + 2.0 * _U)
+    eps_b = norm_e + _proj._eps_from_sup(s_p, int(n_glob), True, nred=size)
+    cert = float(min(eps_a, eps_b))
+    bound = float("nan")
+    if mu is not None and mu > 0:
+        ev, aev = work_vecs(A, "cert_e", x, 2)
+        ev.getArray()[:] = E
+        ev.stateIncrease()
+        A.mult(ev, aev)
+        W = E - t * aev.getArray(readonly=True)
+        ww = float(W @ W) if n_loc else 0.0
+        (ww,), _ = FusedReducer(comm, 1, 0).reduce([ww], [])
+        bound = cert + float(np.sqrt(ww)) / (t * mu)
+    return cert, bound
+
+
+def finish(A, q, x, g, *, method, converged, iterations, residual, history, tol, t, mu, raise_on_fail,
+           reason="maximum iterations reached"):
+    """Build the SolverResult (certificate included) and raise SolverError when not converged and asked to."""
+    x.stateIncrease()
+    cert, bound = certify(A, q, x, g=g, t=t, mu=mu)
+    res = SolverResult(bool(converged), int(iterations), float(residual), np.asarray(history, dtype=float),
+                       cert, method, bound, float(t) if t else float("nan"))
+    if not converged and raise_on_fail:
+        raise SolverError(method, iterations, residual, tol, history, reason=reason, result=res)
+    return res
+
+
+def _empty_result(method):
+    return SolverResult(True, 0, 0.0, np.zeros(1), 0.0, method, 0.0, 1.0)
+
+
+# ----------------------------------------------------------------------------------------------------- front end
+def solve_lcp(A, q, x, method="bbpgd", tol=1e-8, max_iter=10000, raise_on_fail=True, **options):
+    """Solve ``0 <= x _|_ A x + q >= 0`` in place in ``x`` (initial guess in, solution out).
+
+    Parameters: ``A`` PETSc Mat (assembled or shell, e.g. ContactOperator), ``q``/``x`` PETSc Vecs with A's
+    column layout; ``method`` one of :data:`METHODS`; ``tol`` on the min-map residual (inf-norm);
+    ``max_iter``; ``raise_on_fail``.  Options common to all methods: ``mu`` (lower bound on A's smallest eigenvalue,
+    enables ``error_bound``).  Method options: see the method modules.
+
+    Returns :class:`SolverResult`; raises :class:`SolverError` (non-convergence) or ``ValueError`` (bad
+    arguments).  Zero-size problems return at once (converged, 0 iterations).
+    """
+    method = str(method).lower()
+    if tol is None or not (tol >= 0):
+        raise ValueError("solve_lcp: tol must be >= 0, got %r" % (tol,))
+    if int(max_iter) < 0:
+        raise ValueError("solve_lcp: max_iter must be >= 0, got %r" % (max_iter,))
+    if method not in METHODS and not method.startswith("tao-"):
+        raise ValueError("solve_lcp: unknown method %r (known: %s)" % (method, ", ".join(METHODS)))
+    if A.getSize()[1] == 0:
+        return _empty_result(method)
+    comm = mpi_comm_of(A)
+    check_layout(A, q, x, comm)
+    if method == "bbpgd":
+        from relcp_mpi.solver.bbpgd import solve_bbpgd as fn
+    elif method == "apgd":
+        from relcp_mpi.solver.apgd import solve_apgd as fn
+    else:
+        from relcp_mpi.solver.tao import solve_tao
+
+        def fn(A, q, x, **kw):
+            return solve_tao(A, q, x, tao_type=method[4:], **kw)
+    return fn(A, q, x, tol=float(tol), max_iter=int(max_iter), raise_on_fail=bool(raise_on_fail), **options)
