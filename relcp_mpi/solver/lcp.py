@@ -147,16 +147,18 @@ class FusedReducer:
 def work_vecs(A, tag, template, n):
     """``n`` work Vecs laid out like ``template``, persistent across calls: composed on ``A`` under
     ``relcp_<tag>_<i>`` and re-created only if the (local, global) size changed.  They die with ``A``."""
-    out = []
+    from relcp_mpi.solver.operator import any_rank
     lsz, gsz = template.getLocalSize(), template.getSize()
-    for i in range(n):
-        name = "relcp_%s_%d" % (tag, i)
-        v = A.query(name)
-        if v is None or v.getLocalSize() != lsz or v.getSize() != gsz:
+    names = ["relcp_%s_%d" % (tag, i) for i in range(n)]
+    cached = [A.query(nm) for nm in names]
+    stale = any(v is None or v.getLocalSize() != lsz or v.getSize() != gsz for v in cached)
+    if any_rank(A.getComm(), stale):       # collective decision: every rank re-creates together
+        cached = []
+        for nm in names:
             v = template.duplicate()
-            A.compose(name, v)
-        out.append(v)
-    return out
+            A.compose(nm, v)
+            cached.append(v)
+    return cached
 
 
 def check_layout(A, q, x, comm):

@@ -72,6 +72,15 @@ def as_mpi_comm(comm):
     return comm
 
 
+def any_rank(petsc_comm, flag):
+    """True on every rank if ``flag`` is true on any rank of the PETSc communicator (one allreduce)."""
+    mc = as_mpi_comm(petsc_comm)
+    if mc.Get_size() == 1:
+        return bool(flag)
+    from mpi4py import MPI
+    return bool(mc.allreduce(bool(flag), op=MPI.LOR))
+
+
 class _ContactCtx:
     """Python context of the shell Mat: holds D, the 6x6 blocks and two persistent body-dof work Vecs."""
 
@@ -90,7 +99,8 @@ class _ContactCtx:
         if blocks.ndim != 3 or blocks.shape[1:] != (6, 6) or 6 * blocks.shape[0] != nr:
             raise ValueError("blocks must have shape (n_local_bodies, 6, 6) with 6*n_local_bodies == local rows "
                              "of D (%d); got %s" % (nr, blocks.shape))
-        if self.U is None or self.U.getLocalSize() != nr or self.U.getSize() != D.getSize()[0]:
+        stale = self.U is None or self.U.getLocalSize() != nr or self.U.getSize() != D.getSize()[0]
+        if any_rank(D.getComm(), stale):    # re-creation is collective: decide it together
             for v in (self.U, self.F):
                 if v is not None:
                     v.destroy()
@@ -172,7 +182,7 @@ class ContactOperator(PETSc.Mat):
         nr, nc = D.getLocalSize()
         Nr, Nc = D.getSize()
         sizes = ((nc, Nc), (nc, Nc))
-        if sizes != self._sizes:
+        if any_rank(D.getComm(), sizes != self._sizes):   # collective decision: creation is collective
             if self._sizes is not None:
                 self.destroy()
             self._ctx.set(D, blocks)

@@ -185,7 +185,6 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
 
     gamma = match_keys(table.keys(), inp.warm_keys, inp.warm_values) if inp.warm_keys is not None \
         else np.zeros(len(table))
-    new_rows_q = None   # filled per level for appended rows
     depth = 0
     iters_total = 0
     history = []
@@ -207,7 +206,7 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
         tmp = D.createVecRight()
         D.multTranspose(Uext_v, tmp)               # D^T U_ext
         DtU = tmp.getArray().copy()
-        if level_start == 0:
+        if depth == 0:                             # collective branch: same on every rank
             table.q[:] = table.sep0 + dt * DtU
         else:
             # appended rows: q = sep_trial - dt D^T (U_trial - U_ext)
