@@ -261,43 +261,25 @@ def _newton(x, Ai, Aj, Rci, Rcj, gscale, hscale, fslack, th, ph, max_iter, tol):
 # ----------------------------------------------------------------------------------------------------------
 # circle - circle distance: screen + Newton + branch-and-bound certificate
 # ----------------------------------------------------------------------------------------------------------
-def _screen(x, Ai, Aj, Rci, Rcj, grid, n_starts, slack0, chunk=512):
-    """Coarse grid: returns start angles (m, n_starts) x2, node values f (m, N, N), box lower bounds (m, N, N)."""
+def _screen(x, Ai, Aj, Rci, Rcj, grid, n_starts, chunk=1024):
+    """Coarse grid: returns start angles (m, n_starts) x2 and node values f (m, N, N) (closed-form
+    trigonometric expansion ``f = K + alpha.e(th) - beta.e(ph) - e(th)^T C e(ph)``)."""
     m = x.shape[0]
     N = grid
     ang = _TWO_PI * np.arange(N) / N
     E = np.stack([np.cos(ang), np.sin(ang)], axis=1)
-    Ed = np.stack([-np.sin(ang), np.cos(ang)], axis=1)
-    delta = np.pi / N
     alpha = 2.0 * np.einsum("mki,mk->mi", Ai, x)
     beta = 2.0 * np.einsum("mki,mk->mi", Aj, x)
     C = 2.0 * np.einsum("mki,mkj->mij", Ai, Aj)
     K0 = _dot(x, x) + Rci * Rci + Rcj * Rcj
     F = np.empty((m, N, N))
-    LB = np.empty((m, N, N))
     for s in range(0, m, chunk):
         sl = slice(s, min(m, s + chunk))
-        Cc = C[sl]
-        P0 = np.einsum("nk,mkl->mnl", E, Cc)
-        P1 = np.einsum("nk,mkl->mnl", Ed, Cc)
-        M00 = P0 @ E.T
-        M01 = P0 @ Ed.T
-        M10 = P1 @ E.T
-        M11 = P1 @ Ed.T
-        aE = alpha[sl] @ E.T
-        aEd = alpha[sl] @ Ed.T
-        bE = beta[sl] @ E.T
-        bEd = beta[sl] @ Ed.T
-        f = K0[sl, None, None] + aE[:, :, None] - bE[:, None, :] - M00
+        M00 = np.einsum("nk,mkl->mnl", E, C[sl]) @ E.T
+        f = F[sl]
+        np.subtract((K0[sl, None] + alpha[sl] @ E.T)[:, :, None], (beta[sl] @ E.T)[:, None, :], out=f)
+        f -= M00
         np.maximum(f, 0.0, out=f)
-        gt = aEd[:, :, None] - M10
-        gp = -bEd[:, None, :] - M01
-        htt = M00 - aE[:, :, None]
-        hpp = M00 + bE[:, None, :]
-        htp = -M11
-        F[sl] = f
-        LB[sl] = _box_lower(f, gt, gp, htt, htp, hpp, delta, Rci[sl, None, None], Rcj[sl, None, None],
-                            slack0[sl, None, None])
     # starts: lowest discrete (periodic, 8-neighbour) local minima, then the lowest other nodes
     locmin = np.ones((m, N, N), dtype=bool)
     for di in (-1, 0, 1):
@@ -311,7 +293,7 @@ def _screen(x, Ai, Aj, Rci, Rcj, grid, n_starts, slack0, chunk=512):
     idx = np.argpartition(key, k - 1, axis=1)[:, :k]
     th0 = ang[idx // N]
     ph0 = ang[idx % N]
-    return th0, ph0, F, LB
+    return th0, ph0, F
 
 
 def _solve_circles(x, Ai, Aj, Rci, Rcj, *, tol, max_iter, n_starts, grid, cert_tol, max_levels, max_cells):
@@ -327,7 +309,7 @@ def _solve_circles(x, Ai, Aj, Rci, Rcj, *, tol, max_iter, n_starts, grid, cert_t
     N = grid
 
     # 1-2: screen and starts
-    th0, ph0, F, LB = _screen(x, Ai, Aj, Rci, Rcj, N, n_starts, slack0)
+    th0, ph0, F = _screen(x, Ai, Aj, Rci, Rcj, N, n_starts)
     ns = th0.shape[1]
     rep = np.repeat(np.arange(m), ns)
     # 3: Newton from all starts
@@ -384,10 +366,17 @@ def _solve_circles(x, Ai, Aj, Rci, Rcj, *, tol, max_iter, n_starts, grid, cert_t
     todo = bstat & (T > 0)
     failed = ~bstat
     ang = _TWO_PI * np.arange(N) / N
-    sus = (LB < T[:, None, None]) & todo[:, None, None]
-    p, it_, ip_ = np.nonzero(sus)
-    tc, pc = ang[it_], ang[ip_]
+    # level 0, cheap Lipschitz test on the screen values (D >= D(g) - (Rc_i + Rc_j) delta), then the
+    # second-order box bound at the surviving screen nodes
     delta = np.pi / N
+    lip = np.maximum(np.sqrt(np.maximum(F - slack0[:, None, None], 0.0)) - (S * delta)[:, None, None], 0.0) ** 2
+    p, it_, ip_ = np.nonzero((lip < T[:, None, None]) & todo[:, None, None])
+    tc, pc = ang[it_], ang[ip_]
+    if p.size:
+        fv, gtv, gpv, av, bv, cv = _eval_full(x[p], Ai[p], Aj[p], Rci[p], Rcj[p], tc, pc)
+        lb = _box_lower(fv, gtv, gpv, av, bv, cv, delta, Rci[p], Rcj[p], slack0[p])
+        keep = lb < T[p]
+        p, tc, pc = p[keep], tc[keep], pc[keep]
     if p.size:
         keep = ~in_ball(p, tc, pc, delta, T[p])
         p, tc, pc = p[keep], tc[keep], pc[keep]
