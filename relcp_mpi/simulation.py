@@ -99,7 +99,8 @@ class Simulation:
         self.skin = float(c["skin"]) if c["skin"] is not None else 0.25 * rmax
         self.ghost_width = 2 * rmax + 2 * self.skin
         self.params = StepParams(dt=self.dt, overlap_tol=c["overlap_tol"], skin=self.skin,
-                                 max_depth=c["max_depth"], model=c["model"], method=deck["solver"]["method"],
+                                 max_depth=c["max_depth"], model=c["model"], ms_resolution=c["ms_resolution"],
+                                 method=deck["solver"]["method"],
                                  tol=deck["solver"]["tol"], max_iter=deck["solver"]["max_iter"],
                                  recheck_neighbors=c["recheck_neighbors"])
         self.solver = StepSolver(self.comm)

@@ -102,3 +102,20 @@ def test_rank_count_independence_spheres():
     assert np.array_equal(g1, g2)
     assert np.allclose(x1, x2, atol=1e-5)
     assert [d["constraints"] for d in dref] == [d["constraints"] for d in dpar]
+
+
+def test_multisphere_model_equals_relcp_for_spheres():
+    """For spheres the multi-sphere proxy is the body itself: same rows, same trajectory."""
+    a, da = run_sim(two_spheres(model="relcp", steps=20), comm=SELF)
+    b, db = run_sim(two_spheres(model="multisphere", steps=20), comm=SELF)
+    assert [d["constraints"] for d in da] == [d["constraints"] for d in db]
+    assert np.allclose(a.bodies.x, b.bodies.x, atol=1e-10)
+
+
+def test_multisphere_baseline_runs_on_ellipsoids_with_more_rows():
+    """The LCP-MS baseline needs many more constraint rows than ReLCP for the same collision."""
+    d = _ellipsoid_deck("multisphere", 0.1)
+    d["contact"]["ms_resolution"] = 12
+    ms, dms = run_sim(d, comm=SELF)
+    _, drl = run_sim(_ellipsoid_deck("relcp", 0.1), comm=SELF)
+    assert max(x["constraints"] for x in dms) > 10 * max(x["constraints"] for x in drl)

@@ -15,7 +15,8 @@ Top-level sections (defaults in ``SCHEMA``)::
     forces:   {body_force: [3], body_torque: [3]}  applied to every body (plus per-body force/torque)
     bodies:   list of explicit bodies (see BODY_KEYS)
     generate: list of generators (see GENERATOR_KEYS): lattice or random placement
-    contact:  {model: relcp | snsd, overlap_tol, skin, max_depth, initial_overlap_tol}
+    contact:  {model: relcp | snsd | multisphere, overlap_tol, skin, max_depth, initial_overlap_tol,
+               ms_resolution (proxy spheres per body for the multisphere baseline), recheck_neighbors}
     solver:   {method: bbpgd|apgd|tao-bncg|tao-blmvm, tol, max_iter, petsc_options: [str]}
     parallel: {decomposition: cartesian|rcb, rebalance_every, imbalance_threshold}
     output:   {directory, trajectory_every, checkpoint_every, keep_checkpoints, progress_every, restart}
@@ -111,7 +112,8 @@ SCHEMA = {
     "bodies": (ANY, [], None),
     "generate": (ANY, [], None),
     "contact": {
-        "model": (STR, "relcp", _choice("relcp", "snsd")),
+        "model": (STR, "relcp", _choice("relcp", "snsd", "multisphere")),
+        "ms_resolution": (INT, 8, _pos),
         "overlap_tol": (FLOAT, 1e-3, _pos),
         "skin": (FLOAT, None, _nonneg),
         "max_depth": (INT, 50, _pos),

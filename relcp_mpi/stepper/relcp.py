@@ -41,7 +41,8 @@ class StepParams:
     overlap_tol: float
     skin: float
     max_depth: int = 50
-    model: str = "relcp"           # 'relcp' or 'snsd'
+    model: str = "relcp"           # 'relcp', 'snsd' (no recursion) or 'multisphere' (LCP-MS baseline)
+    ms_resolution: int = 8         # proxy spheres per non-spherical body for 'multisphere'
     method: str = "bbpgd"
     tol: float = 1e-4              # LCP min-map tolerance [L]
     max_iter: int = 100000
@@ -175,10 +176,13 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
         ia, ib, wb, ww = _candidates(inp, X0, prm.skin)
     table = ConstraintTable()
     with T.stage("geometry"):
-        geo = _pair_geometry(inp, X0, Q0, ia, ib, prm.geometry_tol)
-        wgeo = _wall_geometry(inp, X0, Q0, wb, ww)
-    table.append(**_rows(inp, geo, ia, ib, X0, np.zeros(len(ia), np.int64), np.zeros(len(ia))))
-    table.append(**_rows(inp, wgeo, wb, -1 - ww, X0, np.zeros(len(wb), np.int64), np.zeros(len(wb))))
+        if prm.model == "multisphere":
+            _multisphere_level0(inp, prm, X0, Q0, ia, ib, wb, ww, table)
+        else:
+            geo = _pair_geometry(inp, X0, Q0, ia, ib, prm.geometry_tol)
+            wgeo = _wall_geometry(inp, X0, Q0, wb, ww)
+            table.append(**_rows(inp, geo, ia, ib, X0, np.zeros(len(ia), np.int64), np.zeros(len(ia))))
+            table.append(**_rows(inp, wgeo, wb, -1 - ww, X0, np.zeros(len(wb), np.int64), np.zeros(len(wb))))
     # candidate set for the overlap checks: body pairs as (ia, ib), walls as (wb, ww)
     cand_pairs = np.stack([ia, ib], axis=1)
     cand_walls = np.stack([wb, ww], axis=1)
@@ -257,7 +261,7 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
         nbad = comm.allreduce(int(bad_p.sum() + bad_w.sum()))
         min_sep = comm.allreduce(float(min_sep_local), op=_MPI().MIN)
         T.stop("recursion")
-        if nbad == 0 or prm.model == "snsd":
+        if nbad == 0 or prm.model != "relcp":
             break
         if depth + 1 >= prm.max_depth:
             raise RecursionDepthError(
@@ -281,6 +285,18 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
                 max_overlap=float(max(0.0, -min_sep)) if np.isfinite(min_sep) else 0.0,
                 residual=float(max(history) if history else 0.0))
     return StepResult(x=xt, q=qt, U=U_trial, F=F, table=table, gamma=gamma, diagnostics=diag)
+
+
+def _multisphere_level0(inp, prm, X, Q, ia, ib, wb, ww, table):
+    """LCP-MS rows: one per close proxy-sphere pair (sub = sphere-pair id), one per proxy sphere near a wall."""
+    from relcp_mpi.contact.multisphere import multisphere_rows, multisphere_wall_rows
+    r = multisphere_rows(inp.kind, inp.shape, X, Q, ia, ib, prm.ms_resolution, prm.skin)
+    pa, pb = ia[r["pair"]], ib[r["pair"]]
+    table.append(**_rows(inp, r["geo"], pa, pb, X, np.asarray(r["sub"], np.int64), np.zeros(len(pa))))
+    w = multisphere_wall_rows(inp.kind, inp.shape, X, Q, wb, ww, inp.wall_points, inp.wall_normals,
+                              prm.ms_resolution, prm.skin)
+    bw, iw = wb[w["pair"]], ww[w["pair"]]
+    table.append(**_rows(inp, w["geo"], bw, -1 - iw, X, np.asarray(w["sub"], np.int64), np.zeros(len(bw))))
 
 
 def _subset(geo, mask):
