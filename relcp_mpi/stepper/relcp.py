@@ -252,9 +252,17 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
             na, nb, nwb, nww = _candidates(inp, Xt, prm.skin)
             cand_pairs = np.unique(np.concatenate([cand_pairs, np.stack([na, nb], axis=1)]), axis=0)
             cand_walls = np.unique(np.concatenate([cand_walls, np.stack([nwb, nww], axis=1)]), axis=0)
+        # only pairs whose bounding spheres intersect can overlap (sep >= |dx| - r_i - r_j): skip the rest
         pa, pb = cand_pairs[:, 0], cand_pairs[:, 1]
+        lb = np.linalg.norm(Xt[pa] - Xt[pb], axis=1) - inp.bound[pa] - inp.bound[pb]
+        pa, pb = pa[lb < 0], pb[lb < 0]
+        cw = cand_walls
+        if len(cw):
+            lbw = np.einsum("ij,ij->i", Xt[cw[:, 0]] - inp.wall_points[cw[:, 1]], inp.wall_normals[cw[:, 1]]) \
+                - inp.bound[cw[:, 0]]
+            cw = cw[lbw < 0]
         tgeo = _pair_geometry(inp, Xt, Qt, pa, pb, prm.geometry_tol)
-        twgeo = _wall_geometry(inp, Xt, Qt, cand_walls[:, 0], cand_walls[:, 1])
+        twgeo = _wall_geometry(inp, Xt, Qt, cw[:, 0], cw[:, 1])
         min_sep_local = min(tgeo.sep.min(initial=np.inf), twgeo.sep.min(initial=np.inf))
         bad_p = tgeo.sep < -prm.overlap_tol
         bad_w = twgeo.sep < -prm.overlap_tol
@@ -275,7 +283,7 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
         sel = _subset(tgeo, bad_p)
         table.append(**_rows(inp, sel, pa[bad_p], pb[bad_p], Xt, sub_counts, np.zeros(bad_p.sum())))
         wsel = _subset(twgeo, bad_w)
-        wb_, ww_ = cand_walls[bad_w, 0], cand_walls[bad_w, 1]
+        wb_, ww_ = cw[bad_w, 0], cw[bad_w, 1]
         sub_w = _next_sub(table, inp.gid[wb_], -1 - ww_)
         table.append(**_rows(inp, wsel, wb_, -1 - ww_, Xt, sub_w, np.zeros(bad_w.sum())))
         gamma = np.concatenate([gamma, np.zeros(len(table) - level_start)])
