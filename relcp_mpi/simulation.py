@@ -46,16 +46,38 @@ class StopRequested(Exception):
 
 
 _SIGNAL_FLAG = {"signum": 0}
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 
 def _on_signal(signum, frame):
+    # only set a flag: the handler may run while MPI/HDF5 calls are in progress on this rank
     _SIGNAL_FLAG["signum"] = signum
 
 
 def install_signal_handlers():
-    """SIGTERM and SIGUSR1 (what SLURM sends before the time limit) request checkpoint-and-exit."""
-    for sig in (signal.SIGTERM, signal.SIGUSR1):
-        signal.signal(sig, _on_signal)
+    """SIGTERM and SIGUSR1 (what SLURM sends before the time limit) request checkpoint-and-exit.
+
+    The request is acted upon at the end of the current step of :meth:`Simulation.run`: all ranks agree
+    (one allreduce per step), write a checkpoint and raise :class:`StopRequested`.  Returns the previous
+    handlers ({signum: handler}) for :func:`restore_signal_handlers`."""
+    old = {}
+    for sig in STOP_SIGNALS:
+        old[sig] = signal.signal(sig, _on_signal)
+    return old
+
+
+def restore_signal_handlers(old):
+    for sig, h in (old or {}).items():
+        signal.signal(sig, h if h is not None else signal.SIG_DFL)
+
+
+def pending_signal():
+    """The signal number received on this rank and not yet acted upon (0 if none)."""
+    return int(_SIGNAL_FLAG["signum"])
+
+
+def clear_pending_signal():
+    _SIGNAL_FLAG["signum"] = 0
 
 
 class Simulation:
@@ -178,13 +200,39 @@ class Simulation:
         self.warm = (k, recv[:, 3].copy())
 
     def _adopt_warm(self, warm_keys, warm_vals):
-        """Restart: every rank keeps the warm rows whose gid_i it owns (allgather + filter, collective)."""
-        parts = self.comm.allgather((warm_keys, warm_vals))
-        keys = np.concatenate([p[0] for p in parts if p[0] is not None] or
-                              [np.zeros(0, dtype=[("a", np.int64), ("b", np.int64), ("k", np.int64)])])
-        vals = np.concatenate([p[1] for p in parts if p[1] is not None] or [np.zeros(0)])
-        mine = np.isin(keys["a"], self.bodies.gid)
-        self.warm = (keys[mine], vals[mine])
+        """Restart: send every warm-start row to the rank owning its body gid_i (collective).
+
+        The rows arrive in an arbitrary block split (checkpoint reader) and the owner of a gid is only
+        known to that owner, so a distributed directory is used (no rank gathers the table): rows and
+        (gid, owner) records both go to rank ``gid mod P``, which matches them and forwards each row to
+        the owner.  Rows whose body no longer exists are dropped.  The order of the resulting table does
+        not matter (the stepper matches warm starts by key)."""
+        comm = self.comm
+        P, rank = comm.size, comm.rank
+        kdt = [("a", np.int64), ("b", np.int64), ("k", np.int64)]
+        if warm_keys is None or len(warm_keys) == 0:
+            keys, vals = np.zeros(0, dtype=kdt), np.zeros(0)
+        else:
+            keys, vals = np.asarray(warm_keys), np.asarray(warm_vals, dtype=np.float64)
+        # int64 rows (the multiplier travels as its bit pattern: exact)
+        rows = np.zeros((len(keys), 4), dtype=np.int64)
+        if len(keys):
+            rows[:, 0], rows[:, 1], rows[:, 2] = keys["a"], keys["b"], keys["k"]
+            rows[:, 3] = np.ascontiguousarray(vals, dtype=np.float64).view(np.int64)
+        at_dir = alltoallv_rows(rows, np.mod(rows[:, 0], P), comm, dtype=np.int64)
+        gid = np.asarray(self.bodies.gid, dtype=np.int64)
+        own = alltoallv_rows(np.stack([gid, np.full(len(gid), rank, np.int64)], axis=1),
+                             np.mod(gid, P), comm, dtype=np.int64)
+        order = np.argsort(own[:, 0], kind="stable")
+        og = own[order, 0]
+        pos = np.searchsorted(og, at_dir[:, 0])
+        pc = np.minimum(pos, max(len(og) - 1, 0))
+        hit = (pos < len(og)) & (og[pc] == at_dir[:, 0]) if len(og) else np.zeros(len(at_dir), bool)
+        dest = own[order, 1][pc[hit]] if len(og) else np.zeros(0, np.int64)
+        got = alltoallv_rows(at_dir[hit], dest, comm, dtype=np.int64)
+        k = np.empty(len(got), dtype=kdt)
+        k["a"], k["b"], k["k"] = got[:, 0], got[:, 1], got[:, 2]
+        self.warm = (k, np.ascontiguousarray(got[:, 3]).view(np.float64).copy())
 
     def _refresh(self, x_owned, q_owned):
         """Ghost positions/orientations for trial owned states (collective, reuses the ghost plan)."""
@@ -238,7 +286,7 @@ class Simulation:
             warm_keys=self.warm[0], warm_values=self.warm[1])
         with self.timer.stage("relcp"):
             res = relcp_step(inp, self.params, self.solver, timer=self.timer)
-        b.x[:] = res.x
+        b.x[:] = self.box.wrap(res.x)          # committed positions live in the box on periodic axes
         b.q[:] = res.q
         b.u[:] = res.U
         self.contact_force = res.F          # (n_owned, 6) constraint force/torque of the step [F, F L]

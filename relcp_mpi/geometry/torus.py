@@ -47,8 +47,8 @@ Algorithm (everything batched over pairs, no Python loop per pair):
    ``cert_tol (Rc_i + Rc_j)`` of the global minimum.  Degenerate minima (continua, singular Hessian) are
    certified by the box bounds alone (no ball), which costs more boxes but terminates because the
    remainder term is cubic in delta.
-5. coaxial pairs (axes parallel and centres on a common axis, up to ``tol (Rc_i + Rc_j)`` or rounding,
-   including coplanar concentric rings) have a continuum of minimisers and are solved in closed form:
+5. coaxial pairs (axes parallel and centres on a common axis: ``max(Rc) |z_i x z_j| + |x_perp| <=
+   cert_tol (Rc_i + Rc_j) / 4`` or rounding, including coplanar concentric rings) have a continuum of minimisers and are solved in closed form:
    ``D = sqrt(h^2 + (Rc_i - Rc_j)^2)`` at the radial direction ``e`` = projection of ``u_i + u_j`` (then
    ``v_i + v_j``, then ``u_i``) onto the common plane (symmetric in i, j and rigid-motion covariant).
 
@@ -359,12 +359,12 @@ def _solve_circles(x, Ai, Aj, Rci, Rcj, *, tol, max_iter, n_starts, grid, cert_t
     def in_ball(p, tc, pc, delta, Tp):
         dt = _wrap(tc[:, None] - ball_th[p])
         dp = _wrap(pc[:, None] - ball_ph[p])
-        dist = np.hypot(dt, dp) + _SQRT2 * delta
+        dist = np.hypot(dt, dp) + _SQRT2 * np.reshape(delta, (-1, 1))
         return np.any((dist <= ball_rho[p]) & (ball_f[p] >= Tp[:, None]), axis=1)
 
     # 4: branch and bound, level 0 = the screen boxes
     todo = bstat & (T > 0)
-    failed = ~bstat
+    failed = ~bstat & (T > 0)
     ang = _TWO_PI * np.arange(N) / N
     # level 0, cheap Lipschitz test on the screen values (D >= D(g) - (Rc_i + Rc_j) delta), then the
     # second-order box bound at the surviving screen nodes
@@ -380,29 +380,52 @@ def _solve_circles(x, Ai, Aj, Rci, Rcj, *, tol, max_iter, n_starts, grid, cert_t
     if p.size:
         keep = ~in_ball(p, tc, pc, delta, T[p])
         p, tc, pc = p[keep], tc[keep], pc[keep]
+    # refinement.  All boxes of one pair share one level; when a level would exceed ``max_cells`` boxes the
+    # pairs are processed in groups (the others wait on a stack), so the budget bounds memory, not success.
+    dl = np.full(p.size, delta)
+    delta_min = np.pi / N * 0.5 ** max_levels
+    stack = []
     levels_used = 0
     max_level_cells = 0
-    for level in range(1, max_levels + 1):
+    while True:
         if p.size == 0:
-            break
-        levels_used = level
-        # budget: drop the pairs with the most boxes
+            if not stack:
+                break
+            p, tc, pc, dl = stack.pop()
+            keep = ~failed[p]
+            p, tc, pc, dl = p[keep], tc[keep], pc[keep], dl[keep]
+            continue
+        # level cap: pairs whose boxes would get smaller than delta_min are not certified
+        cap = dl * 0.5 < delta_min * (1.0 - 1e-12)
+        if np.any(cap):
+            failed[p[cap]] = True
+            keep = ~failed[p]
+            p, tc, pc, dl = p[keep], tc[keep], pc[keep], dl[keep]
+            continue
         if 4 * p.size > max_cells:
             cnt = np.bincount(p, minlength=m)
-            order = np.argsort(-cnt)
-            csum = np.cumsum(cnt[order])
-            ndrop = int(np.searchsorted(csum, 4 * p.size - max_cells, side="left")) + 1
-            drop = order[:ndrop]
-            failed[drop] = True
-            keep = ~failed[p]
-            p, tc, pc = p[keep], tc[keep], pc[keep]
-            if p.size == 0:
-                break
-        h = 0.5 * delta
-        delta = h
+            pairs = np.nonzero(cnt)[0]
+            csum = np.cumsum(cnt[pairs])
+            nfit = int(np.searchsorted(csum, max_cells // 4, side="right"))
+            if nfit == 0:                       # a single pair beyond the budget
+                failed[pairs[0]] = True
+                keep = ~failed[p]
+                p, tc, pc, dl = p[keep], tc[keep], pc[keep], dl[keep]
+                continue
+            now = np.zeros(m, dtype=bool)
+            now[pairs[:nfit]] = True
+            later = ~now[p]
+            stack.append((p[later], tc[later], pc[later], dl[later]))
+            p, tc, pc, dl = p[~later], tc[~later], pc[~later], dl[~later]
+        h = 0.5 * dl
+        n0 = p.size
         p = np.repeat(p, 4)
-        tc = np.repeat(tc, 4) + np.tile([-h, -h, h, h], p.size // 4)
-        pc = np.repeat(pc, 4) + np.tile([-h, h, -h, h], p.size // 4)
+        dl = np.repeat(h, 4)
+        sg_t = np.tile([-1.0, -1.0, 1.0, 1.0], n0)
+        sg_p = np.tile([-1.0, 1.0, -1.0, 1.0], n0)
+        tc = np.repeat(tc, 4) + sg_t * dl
+        pc = np.repeat(pc, 4) + sg_p * dl
+        levels_used = max(levels_used, int(round(np.log2(np.pi / N / dl.min()))))
         max_level_cells = max(max_level_cells, p.size)
         fv, gtv, gpv, av, bv, cv = _eval_full(x[p], Ai[p], Aj[p], Rci[p], Rcj[p], tc, pc)
         # a box centre below the threshold: better minimum exists -> Newton from the best such node per pair
@@ -418,25 +441,26 @@ def _solve_circles(x, Ai, Aj, Rci, Rcj, *, tol, max_iter, n_starts, grid, cert_t
                                     tc[sel], pc[sel], max_iter, tol)
             nf, ngt, ngp, na, nb, nc = _eval_full(x[q], Ai[q], Aj[q], Rci[q], Rcj[q], nth, nph)
             rho_n, fb_n = ball_params(nf, ngt, ngp, na, nb, nc, nst, Rci[q], Rcj[q], hscale[q])
-            k = nball[q]
-            ball_th[q, k], ball_ph[q, k], ball_rho[q, k], ball_f[q, k] = nth, nph, rho_n, fb_n
-            nball[q] += 1
+            room = nball[q] < nb_max
+            qr = q[room]
+            k = nball[qr]
+            ball_th[qr, k], ball_ph[qr, k] = nth[room], nph[room]
+            ball_rho[qr, k], ball_f[qr, k] = rho_n[room], fb_n[room]
+            nball[qr] += 1
             upd = nf < fstar[q]
             qu = q[upd]
             fstar[qu], bth[qu], bph[qu], bstat[qu] = nf[upd], nth[upd], nph[upd], nst[upd]
-            failed[qu[~nst[upd]]] = True
             T[qu] = threshold(fstar[qu], epsD[qu])
-        slack = 8.0 * _EPS * (xn[p] + S[p]) * (np.sqrt(np.maximum(fv, 0.0)) + delta * (xn[p] + S[p]))
-        lb = _box_lower(fv, gtv, gpv, av, bv, cv, delta, Rci[p], Rcj[p], slack)
-        Tp = T[p]
-        keep = (lb < Tp) & ~failed[p]
-        p, tc, pc = p[keep], tc[keep], pc[keep]
+            failed[qu[~nst[upd] & (T[qu] > 0)]] = True
+        slack = 8.0 * _EPS * (xn[p] + S[p]) * (np.sqrt(np.maximum(fv, 0.0)) + dl * (xn[p] + S[p]))
+        lb = _box_lower(fv, gtv, gpv, av, bv, cv, dl, Rci[p], Rcj[p], slack)
+        keep = (lb < T[p]) & ~failed[p]
+        p, tc, pc, dl = p[keep], tc[keep], pc[keep], dl[keep]
         if p.size:
-            keep = ~in_ball(p, tc, pc, delta, T[p])
-            p, tc, pc = p[keep], tc[keep], pc[keep]
-    uncert = np.zeros(m, dtype=bool)
-    uncert[p] = True
-    conv = bstat & ~failed & ~uncert
+            keep = ~in_ball(p, tc, pc, dl, T[p])
+            p, tc, pc, dl = p[keep], tc[keep], pc[keep], dl[keep]
+    # a best value within eps of zero is certified whatever the Newton state (0 <= D_glob <= D*)
+    conv = (bstat | (T <= 0)) & ~failed
     info = {"levels": levels_used, "max_level_cells": max_level_cells}
     return _wrap(bth), _wrap(bph), conv, info
 
@@ -475,7 +499,9 @@ def ring_ring_kernel(x_i, R_i, Rc_i, r_i, x_j, R_j, Rc_j, r_j, *, tol=1e-12, max
     # coaxial (continuum of minimisers): closed form
     sinang = _norm(_cross(zi, zj))
     xperp = _norm(x - _dot(x, zi)[:, None] * zi)
-    coax = np.maximum(Rc_i, Rc_j) * sinang + xperp <= np.maximum(tol * S, 32.0 * _EPS * (xn + S))
+    # the closed form moves each circle by at most disp, so it is within 4 disp of the true distance
+    disp = np.maximum(Rc_i, Rc_j) * sinang + xperp
+    coax = disp <= np.maximum(0.25 * cert_tol * S, 32.0 * _EPS * (xn + S))
     info = {"levels": 0, "max_level_cells": 0, "coaxial": int(coax.sum())}
     if np.any(coax):
         z = zi[coax]

@@ -288,8 +288,8 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
         table.append(**_rows(inp, wsel, wb_, -1 - ww_, Xt, sub_w, np.zeros(bad_w.sum())))
         gamma = np.concatenate([gamma, np.zeros(len(table) - level_start)])
 
-    n_global = comm.allreduce(len(table))
-    diag = dict(constraints=int(n_global), depth=int(depth), iterations=int(iters_total),
+    n_global, n_active = comm.allreduce(np.array([len(table), int(np.count_nonzero(gamma > 0))]))
+    diag = dict(constraints=int(n_global), active=int(n_active), depth=int(depth), iterations=int(iters_total),
                 max_overlap=float(max(0.0, -min_sep)) if np.isfinite(min_sep) else 0.0,
                 residual=float(max(history) if history else 0.0))
     return StepResult(x=xt, q=qt, U=U_trial, F=F, table=table, gamma=gamma, diagnostics=diag)
