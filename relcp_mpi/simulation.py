@@ -28,6 +28,7 @@ from relcp_mpi.parallel.box import Box
 from relcp_mpi.parallel import decomposition as pdecomp
 from relcp_mpi.parallel.ghosts import exchange_ghosts, refresh_ghosts
 from relcp_mpi.parallel.migration import alltoallv_rows, migrate
+from relcp_mpi.physics.growth import divide, grow
 from relcp_mpi.physics.mobility import mobility_blocks
 from relcp_mpi.contact.neighbors import candidate_pairs, wall_candidates
 from relcp_mpi.stepper.relcp import StepInput, StepParams, StepSolver, relcp_step
@@ -115,17 +116,28 @@ class Simulation:
             self.next_gid = self.comm.allreduce(int(bodies.gid.max()) + 1 if len(bodies) else 0, op=MPI.MAX)
             self._make_decomposition(None)
             self.bodies = migrate(self.bodies, self.decomp, self.comm)
-        rmax = self.comm.allreduce(float(bounding_radius(self.bodies.kind, self.bodies.shape).max(initial=0.0)),
-                                   op=MPI.MAX)
-        self.rmax = rmax
-        self.skin = float(c["skin"]) if c["skin"] is not None else 0.25 * rmax
-        self.ghost_width = 2 * rmax + 2 * self.skin
+        self._update_widths()
+        self._work_per_body = np.ones(len(self.bodies))
+        self.n_rebalances = 0
         self.params = StepParams(dt=self.dt, overlap_tol=c["overlap_tol"], skin=self.skin,
                                  max_depth=c["max_depth"], model=c["model"], ms_resolution=c["ms_resolution"],
                                  method=deck["solver"]["method"],
                                  tol=deck["solver"]["tol"], max_iter=deck["solver"]["max_iter"],
                                  recheck_neighbors=c["recheck_neighbors"])
         self.solver = StepSolver(self.comm)
+        self.has_growth = bool(self.comm.allreduce(bool(np.any(self.bodies.growth != 0)), op=MPI.LOR))
+
+    def _update_widths(self):
+        """Largest bounding radius (collective), skin and ghost width = 2 r_max + 2 skin.
+
+        The ghost layer must hold every body that can touch an owned body during the step: centres within
+        2 r_max + skin at the start, plus up to one more skin of relative motion inside the step."""
+        c = self.deck["contact"]
+        self.rmax = self.comm.allreduce(
+            float(bounding_radius(self.bodies.kind, self.bodies.shape).max(initial=0.0)), op=MPI.MAX)
+        if not hasattr(self, "skin"):
+            self.skin = float(c["skin"]) if c["skin"] is not None else 0.25 * self.rmax
+        self.ghost_width = 2 * self.rmax + 2 * self.skin
 
     # ------------------------------------------------------------------------------------------------
     def _make_decomposition(self, x_all):
@@ -143,17 +155,19 @@ class Simulation:
         else:
             self.decomp = pdecomp.CartesianDecomposition(self.box, self.comm)
 
-    def _rebalance_if_needed(self, work):
+    def _rebalance_if_needed(self):
+        """RCB only: every ``rebalance_every`` steps, rebuild the decomposition if the work imbalance
+        (max/mean over ranks of bodies + constraint rows owned) exceeds ``imbalance_threshold``."""
         par = self.deck["parallel"]
-        if par["decomposition"] != "rcb":
+        if par["decomposition"] != "rcb" or not par["rebalance_every"] or self.step % par["rebalance_every"]:
             return
-        imb = pdecomp.imbalance(work, self.comm)
+        w = self._work_per_body if len(self._work_per_body) == len(self.bodies) else np.ones(len(self.bodies))
+        imb = pdecomp.imbalance(float(w.sum()), self.comm)
+        self.diag["imbalance"] = float(imb)
         if pdecomp.should_rebalance(self.step, par["rebalance_every"], imb, par["imbalance_threshold"]):
-            self.decomp = pdecomp.RCBDecomposition(self.box, self.comm, self.box.wrap(self.bodies.x),
-                                                   np.ones(len(self.bodies)) + self._last_work_per_body())
-
-    def _last_work_per_body(self):
-        return np.zeros(len(self.bodies))
+            with self.timer.stage("rebalance"):
+                self.decomp = pdecomp.RCBDecomposition(self.box, self.comm, self.box.wrap(self.bodies.x), w)
+            self.n_rebalances += 1
 
     # ------------------------------------------------------------------------------------------------
     def _prepare(self):
@@ -271,6 +285,16 @@ class Simulation:
     # ------------------------------------------------------------------------------------------------
     def step_once(self):
         comm = self.comm
+        self._rebalance_if_needed()
+        if self.has_growth:
+            # growth and division act at the start of the step, so the step's LCP resolves the new overlaps
+            with self.timer.stage("growth"):
+                grow(self.bodies, self.dt)
+                self.bodies, self.next_gid, ndiv = divide(self.bodies, comm, self.next_gid, self.deck["seed"],
+                                                          self.step)
+                if ndiv:
+                    self.n_global += ndiv
+                self._update_widths()
         b, g = self._prepare()
         n = len(b)
         K = np.concatenate([b.kind, g.kind])
@@ -290,8 +314,8 @@ class Simulation:
         b.q[:] = res.q
         b.u[:] = res.U
         self.contact_force = res.F          # (n_owned, 6) constraint force/torque of the step [F, F L]
-        if np.any(b.growth != 0):
-            b.shape[:, 1] += self.dt * b.growth
+        own = res.table.ia[res.table.ia < len(b)]
+        self._work_per_body = 1.0 + np.bincount(own, minlength=len(b))
         self.warm = (res.table.keys(), res.gamma)
         self.step += 1
         self.time += self.dt
@@ -299,30 +323,39 @@ class Simulation:
         return res
 
     def run(self, progress_stream=None):
-        """Run all steps of the deck; returns the diagnostics of the last step."""
+        """Run the remaining steps of the deck; returns the diagnostics of the last step.
+
+        Writes trajectory frames every ``output.trajectory_every`` steps (appending after a restart),
+        checkpoints every ``output.checkpoint_every`` steps and after the last step (when checkpointing
+        is enabled), and -- when any rank received SIGTERM/SIGUSR1 (see :func:`install_signal_handlers`)
+        -- a checkpoint at the end of the current step followed by :class:`StopRequested` on every rank."""
         out = self.deck["output"]
         prog = Progress(self.comm, self.n_steps, out["progress_every"], stream=progress_stream)
         t0 = time.perf_counter()
+        self.steps_run = 0
         writer = self._open_trajectory()
         try:
-            if writer is not None and self.step == 0:
+            if writer is not None and self.step == 0 and getattr(self, "restarted_from", None) is None:
                 with self.timer.stage("output"):
                     writer.write_frame(self.step, self.time, self.bodies.sort_by_gid(), self.diag or {})
+            ck = out["checkpoint_every"]
             while self.step < self.n_steps:
                 self.step_once()
+                self.steps_run += 1
                 prog.update(self.step, self.time, self.diag, self.params.overlap_tol,
                             force=self.step == self.n_steps)
                 if writer is not None and out["trajectory_every"] and self.step % out["trajectory_every"] == 0:
                     with self.timer.stage("output"):
                         writer.write_frame(self.step, self.time, self.bodies, self.diag)
-                # one tiny allreduce per step: did any rank receive SIGTERM/SIGUSR1?
-                signum = self.comm.allreduce(_SIGNAL_FLAG["signum"], op=MPI.MAX)
-                ck = out["checkpoint_every"]
-                if signum or (ck and self.step % ck == 0) or (ck and self.step == self.n_steps):
+                # one tiny allreduce per step: did any rank receive SIGTERM/SIGUSR1?  (all ranks agree)
+                signum = int(self.comm.allreduce(pending_signal(), op=MPI.MAX))
+                if signum or (ck and (self.step % ck == 0 or self.step == self.n_steps)):
                     with self.timer.stage("output"):
                         path = self.write_checkpoint()
+                    self.last_checkpoint = path
                     if signum:
-                        _SIGNAL_FLAG["signum"] = 0
+                        clear_pending_signal()
+                        self.wall_time = time.perf_counter() - t0
                         raise StopRequested(signum, path)
         finally:
             if writer is not None:
@@ -332,6 +365,8 @@ class Simulation:
         return self.diag
 
     def _open_trajectory(self):
+        """Trajectory writer: a new file for a fresh run; after a restart the existing file is appended
+        to, frames after the restart step (written by the interrupted run) being dropped."""
         out = self.deck["output"]
         if not out["trajectory_every"]:
             return None
@@ -341,8 +376,9 @@ class Simulation:
             os.makedirs(d, exist_ok=True)
         self.comm.Barrier()
         path = os.path.join(d, f"{self.deck['name']}.h5")
-        return TrajectoryWriter(path, self.comm, append=self.step > 0,
-                                restart_step=self.step if self.step > 0 else None)
+        restarted = getattr(self, "restarted_from", None) is not None or self.step > 0
+        return TrajectoryWriter(path, self.comm, append=restarted,
+                                restart_step=self.step if restarted else None)
 
     # ------------------------------------------------------------------------------------------------
     @property
@@ -350,7 +386,11 @@ class Simulation:
         return os.path.join(self.deck["output"]["directory"], f"{self.deck['name']}_ckpt")
 
     def write_checkpoint(self):
-        """Collective atomic checkpoint of the full state; returns its path."""
+        """Collective atomic checkpoint of the full state; returns its path.
+
+        Holds the bodies, the warm-start table, step, time, dt, the deck (its YAML text, or the
+        normalised deck when the simulation was built without text) and, for RCB, the decomposition tree
+        (so a restart on the same rank count partitions exactly as the interrupted run did)."""
         from relcp_mpi.io.checkpoint import checkpoint_path, write_checkpoint
         if self.comm.rank == 0:
             os.makedirs(self.deck["output"]["directory"], exist_ok=True)
@@ -358,16 +398,28 @@ class Simulation:
         warm = None
         if keys is not None:
             warm = {"gid_i": keys["a"], "gid_j": keys["b"], "sub": keys["k"], "gamma": np.asarray(vals, float)}
-        meta = {"step": int(self.step), "time": float(self.time), "dt": float(self.dt), "deck": self.deck_text,
-                "seed": int(self.deck["seed"]), "next_gid": int(self.next_gid),
+        meta = {"step": int(self.step), "time": float(self.time), "dt": float(self.dt),
+                "deck": self.deck_text if self.deck_text else self.deck,
+                "seed": int(self.deck["seed"]), "next_gid": int(self.next_gid), "n_steps": int(self.n_steps),
                 "decomposition": self.deck["parallel"]["decomposition"], "n_bodies": int(self.n_global)}
+        if isinstance(self.decomp, pdecomp.RCBDecomposition):
+            d = self.decomp
+            meta["rcb"] = {"size": int(d.size), "bins": int(d.bins), "rounds": int(d.rounds),
+                           "axis": d.node_axis, "cut": d.node_cut, "left": d.node_left, "right": d.node_right,
+                           "rank": d.node_rank, "lo": d._lo, "hi": d._hi}
         path = checkpoint_path(self.checkpoint_prefix, self.step)
         return write_checkpoint(path, self.comm, self.bodies, meta, warm,
                                 keep=self.deck["output"]["keep_checkpoints"])
 
     @classmethod
     def from_checkpoint(cls, path, deck, deck_text="", comm=None):
-        """Continue a run from a checkpoint (any rank count).  ``path`` may be 'latest'."""
+        """Continue a run from a checkpoint (any rank count).  ``path`` may be 'latest' (the newest valid
+        checkpoint ``<output.directory>/<name>_ckpt_<step>.h5``).
+
+        Raises :class:`relcp_mpi.io.checkpoint.CheckpointError` on every rank (message naming the file and
+        the problem) when the file is missing, damaged, or was written for an incompatible deck (different
+        bodies, generators, box or walls); nothing is written in that case.  On the rank count that wrote
+        the checkpoint the continued run is bitwise identical to an uninterrupted one."""
         from relcp_mpi.io.checkpoint import CheckpointError, check_compatible, latest_checkpoint, read_checkpoint
         comm = comm if comm is not None else MPI.COMM_WORLD
         if path == "latest":
@@ -375,31 +427,77 @@ class Simulation:
             found = latest_checkpoint(prefix, valid_only=True) if comm.rank == 0 else None
             found = comm.bcast(found, root=0)
             if found is None:
-                raise CheckpointError(f"no valid checkpoint '{prefix}_<step>.h5' to restart from")
+                raise CheckpointError(f"no valid checkpoint '{prefix}_<step>.h5' to restart from "
+                                      f"(--restart latest)")
             path = found
+        path = os.fspath(path)
         bodies, meta, warm = read_checkpoint(path, comm)
-        import yaml
-        check_compatible(meta, yaml.safe_load(deck_text) if deck_text else deck, path=path)
+
+        def _normalised_deck(d):
+            """A stored deck (YAML text or dict) in normalised form (defaults filled); the raw mapping if it
+            does not validate (e.g. written by another version)."""
+            import copy
+
+            import yaml
+
+            from relcp_mpi.config.deck import validate
+            if isinstance(d, str):
+                try:
+                    d = yaml.safe_load(d)
+                except yaml.YAMLError:
+                    return d            # check_compatible reports it
+            if not isinstance(d, dict):
+                return d
+            try:
+                return validate(copy.deepcopy(d))
+            except DeckError:
+                return d
+
+        # compare the deck entries that must not change (bodies, generators, box, walls) in normalised
+        # form (defaults filled), so a checkpoint written from a dict matches the same deck given as text
+        m = dict(meta)
+        if m.get("deck") is not None:
+            m["deck"] = _normalised_deck(m["deck"])
+        check_compatible(m, deck, path=f"checkpoint {path}")
         keys = None
         vals = None
-        if warm and len(warm.get("gid_i", [])) >= 0 and "gid_i" in warm:
+        if warm and "gid_i" in warm:
             keys = np.empty(len(warm["gid_i"]), dtype=[("a", np.int64), ("b", np.int64), ("k", np.int64)])
             keys["a"], keys["b"], keys["k"] = warm["gid_i"], warm["gid_j"], warm["sub"]
             vals = np.asarray(warm["gamma"], float)
         sim = cls(deck, deck_text, comm, bodies=bodies, step=int(meta["step"]), time0=float(meta["time"]))
+        rcb = meta.get("rcb")
+        if isinstance(sim.decomp, pdecomp.RCBDecomposition) and isinstance(rcb, dict) and \
+                int(rcb.get("size", -1)) == comm.size:
+            # same rank count: partition exactly as the interrupted run did (bitwise continuation)
+            d = pdecomp.RCBDecomposition.__new__(pdecomp.RCBDecomposition)
+            pdecomp.Decomposition.__init__(d, sim.box, comm)
+            d.bins, d.rounds = int(rcb["bins"]), int(rcb["rounds"])
+            for attr, key, dt in (("node_axis", "axis", np.int64), ("node_cut", "cut", np.float64),
+                                  ("node_left", "left", np.int64), ("node_right", "right", np.int64),
+                                  ("node_rank", "rank", np.int64)):
+                setattr(d, attr, np.array(rcb[key], dtype=dt))
+            d._lo = np.array(rcb["lo"], dtype=np.float64).reshape(comm.size, 3)
+            d._hi = np.array(rcb["hi"], dtype=np.float64).reshape(comm.size, 3)
+            sim.decomp = d
+            sim.bodies = migrate(sim.bodies, d, comm)
         sim._adopt_warm(keys, vals)
         sim.next_gid = max(sim.next_gid, int(meta.get("next_gid", 0)))
         sim.restarted_from = path
+        sim.restart_meta = meta
         return sim
 
     def summary(self):
         """Multi-line run summary (collective; meaningful on rank 0)."""
         stages = self.timer.report(self.comm, wall=getattr(self, "wall_time", None))
         d = self.diag
+        wall = getattr(self, "wall_time", 0.0)
+        nrun = getattr(self, "steps_run", self.step)
+        rs = getattr(self, "restarted_from", None)
+        restart = f"restarted from {rs} (step {self.step - nrun})\n" if rs else ""
         return (f"relcp_mpi {__version__}: {self.deck['name']} on {self.comm.size} rank(s), "
-                f"{self.n_global} bodies, {self.step} steps, t={self.time:.6g}\n"
+                f"{self.n_global} bodies, {self.step} steps, t={self.time:.6g}\n" + restart +
                 f"last step: constraints={d.get('constraints', 0)} depth={d.get('depth', 0)} "
                 f"iterations={d.get('iterations', 0)} max_overlap={d.get('max_overlap', 0.0):.3e} "
                 f"(overlap_tol {self.params.overlap_tol:g})\n"
-                f"wall time {getattr(self, 'wall_time', 0.0):.3f} s, "
-                f"{self.step / max(getattr(self, 'wall_time', 1e-300), 1e-300):.2f} steps/s\n" + stages)
+                f"wall time {wall:.3f} s, {nrun / max(wall, 1e-300):.2f} steps/s\n" + stages)

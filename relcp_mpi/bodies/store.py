@@ -11,6 +11,7 @@ Fields (n = number of bodies):
 * ``f_ext`` float (n, 6)   external force [F] and torque [F L]
 * ``u_imp`` float (n, 6)   imposed velocity added after mobility [L/T, 1/T]
 * ``growth`` float (n,)    axial growth rate for spherocylinders [L/T] (0 = none)
+* ``l_div`` float (n,)     segment length L at which a growing spherocylinder divides [L] (0 = never)
 * ``row``   int64 (n,)     global block-row index of the body in the current distributed D matrix (set by
                            the stepper each step before ghost exchange so ghosts carry it; not physical state)
 
@@ -30,6 +31,7 @@ FIELDS = {
     "f_ext": (np.float64, (6,)),
     "u_imp": (np.float64, (6,)),
     "growth": (np.float64, ()),
+    "l_div": (np.float64, ()),
     "row": (np.int64, ()),
 }
 

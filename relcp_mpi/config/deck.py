@@ -154,6 +154,7 @@ BODY_KEYS = {
     "velocity": (ANY, [0.0, 0.0, 0.0], _vec3),
     "angular_velocity": (ANY, [0.0, 0.0, 0.0], _vec3),
     "growth_rate": (FLOAT, 0.0, _nonneg),
+    "divide_at": (FLOAT, 0.0, _nonneg),
 }
 
 GENERATOR_KEYS = dict(BODY_KEYS)
@@ -320,6 +321,13 @@ def validate(raw, source="deck"):
                     _check_region(nb["region"], kp + ".region", problems, box)
                 if nb.get("growth_rate") not in (None, INVALID, 0.0) and nb["shape"] != "spherocylinder":
                     problems.append(f"{kp}.growth_rate: only spherocylinders can grow")
+                if nb.get("divide_at") not in (None, INVALID, 0.0):
+                    if nb["shape"] != "spherocylinder":
+                        problems.append(f"{kp}.divide_at: only spherocylinders can divide")
+                    elif isinstance(nb.get("radius"), float) and isinstance(nb.get("length"), float) \
+                            and nb["divide_at"] <= max(nb["length"], 2 * nb["radius"]):
+                        problems.append(f"{kp}.divide_at: must exceed the initial length {nb['length']} and "
+                                        f"2*radius {2 * nb['radius']} (daughters have length L/2 - R > 0)")
             norm.append(nb)
         deck[section] = norm
 

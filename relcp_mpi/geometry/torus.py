@@ -37,12 +37,17 @@ Algorithm (everything batched over pairs, no Python loop per pair):
    ``D >= D(g) - (Rc_i+Rc_j) delta`` (so a grid of spacing h = 2 delta cannot hide a distance below the
    best node value minus (Rc_i+Rc_j) h/2).  A box is discarded when ``lb >= (D* - eps)^2`` with
    ``eps = cert_tol (Rc_i + Rc_j)``, or when it lies inside the *convexity ball* of a stationary point
-   with positive-definite Hessian: with ``mu = lam_min(H(p))`` and ``Kh`` a bound of the Lipschitz constant
-   of the Hessian, f is strongly convex (Hessian >= mu/2) on the ball of radius ``rho = mu / (2 Kh)``,
+   with positive-definite Hessian: with ``mu = lam_min(H(p))`` and
+   ``Kh = 2 sqrt((Rc_i^2 + Rc_j^2) Dm^2 + 6 Rc_i^2 Rc_j^2)`` (Frobenius bound of the Hessian's rate of
+   change from the third derivatives, Dm = D(p) + sqrt(Rc_i^2 + Rc_j^2) bounds D on a ball of radius <= 1),
+   f is strongly convex (Hessian >= mu/2) on the ball of radius ``rho = min(1, mu / (2 Kh))``,
    so p is its only minimiser there and ``f >= f(p) - |grad f(p)|^2 / mu`` on it.  Remaining boxes are
-   split in four (``max_levels`` levels, ``max_cells`` boxes per level); a box centre with a value below
+   split in four (at most ``max_levels`` levels; when a level would hold more than ``max_cells`` boxes
+   the pairs are processed in groups, so ``max_cells`` bounds memory; a single pair needing more boxes
+   than that is reported unconverged); a box centre with a value below
    ``(D* - eps)^2`` starts a new Newton solve and the certificate continues with the improved value.
-   ``converged`` = the reported point is stationary and every box was discarded, i.e. the returned
+   ``converged`` = the reported point is stationary and every box was discarded (or ``D* <= eps``,
+   trivially within eps of the minimum since distances are >= 0), i.e. the returned
    distance (an attained value, hence an upper bound of the true distance) is within
    ``cert_tol (Rc_i + Rc_j)`` of the global minimum.  Degenerate minima (continua, singular Hessian) are
    certified by the box bounds alone (no ball), which costs more boxes but terminates because the
@@ -454,7 +459,7 @@ def _solve_circles(x, Ai, Aj, Rci, Rcj, *, tol, max_iter, n_starts, grid, cert_t
             failed[qu[~nst[upd] & (T[qu] > 0)]] = True
         slack = 8.0 * _EPS * (xn[p] + S[p]) * (np.sqrt(np.maximum(fv, 0.0)) + dl * (xn[p] + S[p]))
         lb = _box_lower(fv, gtv, gpv, av, bv, cv, dl, Rci[p], Rcj[p], slack)
-        keep = (lb < T[p]) & ~failed[p]
+        keep = (lb < T[p]) & ~failed[p] & (T[p] > 0)      # T == 0 (D* <= eps): nothing left to certify
         p, tc, pc, dl = p[keep], tc[keep], pc[keep], dl[keep]
         if p.size:
             keep = ~in_ball(p, tc, pc, dl, T[p])
@@ -544,7 +549,8 @@ def ring_ring(x_i, q_i, Rc_i, r_i, x_j, q_j, Rc_j, r_j, *, tol=1e-12, max_iter=6
     x_*: (m, 3) centres, q_*: (m, 4) unit quaternions (w, x, y, z) (or (4,) for all), Rc_*, r_*: centre-circle
     and tube radii (scalars or (m,)).  tol: relative gradient tolerance of the Newton solves; max_iter: Newton
     iteration cap; n_starts: Newton starts per pair; grid: coarse screen resolution per angle; cert_tol:
-    global-optimality tolerance relative to Rc_i + Rc_j; max_levels / max_cells: branch-and-bound budget.
+    global-optimality tolerance relative to Rc_i + Rc_j; max_levels: depth cap of the branch and bound;
+    max_cells: boxes per refinement step (memory bound; pairs are processed in groups beyond it).
     Returns a :class:`~relcp_mpi.geometry.contact.ContactGeometry`; ``converged`` is False where the
     certificate failed (the values are still the best found).
     """
