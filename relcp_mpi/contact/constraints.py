@@ -112,9 +112,7 @@ def assemble_D(table, body_row, row_starts, comm, col_offset, n_cols_global, D=N
         V = np.bincount(grp, weights=V)
         R, C = R[first], C[first]
     nloc = r1 - r0
-    indptr = np.zeros(nloc + 1, dtype=PETSc.IntType)
-    np.add.at(indptr, (R - r0 + 1).astype(np.int64), 1)
-    indptr = np.cumsum(indptr).astype(PETSc.IntType)
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(R - r0, minlength=nloc))]).astype(PETSc.IntType)
     if D is not None:
         D.destroy()
     D = PETSc.Mat().createAIJ(size=((nloc, None), (c, n_cols_global)),

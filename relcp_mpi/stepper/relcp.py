@@ -250,8 +250,8 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
         # ---- smooth-surface check at the trial configuration ------------------------------------------
         if prm.recheck_neighbors:
             na, nb, nwb, nww = _candidates(inp, Xt, prm.skin)
-            cand_pairs = np.unique(np.concatenate([cand_pairs, np.stack([na, nb], axis=1)]), axis=0)
-            cand_walls = np.unique(np.concatenate([cand_walls, np.stack([nwb, nww], axis=1)]), axis=0)
+            cand_pairs = _union_pairs(cand_pairs, na, nb, len(inp.gid))
+            cand_walls = _union_pairs(cand_walls, nwb, nww, max(len(inp.wall_points), 1))
         # only pairs whose bounding spheres intersect can overlap (sep >= |dx| - r_i - r_j): skip the rest
         pa, pb = cand_pairs[:, 0], cand_pairs[:, 1]
         lb = np.linalg.norm(Xt[pa] - Xt[pb], axis=1) - inp.bound[pa] - inp.bound[pb]
@@ -305,6 +305,13 @@ def _multisphere_level0(inp, prm, X, Q, ia, ib, wb, ww, table):
                               prm.ms_resolution, prm.skin)
     bw, iw = wb[w["pair"]], ww[w["pair"]]
     table.append(**_rows(inp, w["geo"], bw, -1 - iw, X, np.asarray(w["sub"], np.int64), np.zeros(len(bw))))
+
+
+def _union_pairs(pairs, a, b, base):
+    """Sorted union of index pairs (k, 2) with new pairs (a, b), via int64 keys a*base + b."""
+    keys = np.concatenate([pairs[:, 0] * base + pairs[:, 1], a * base + b])
+    u = np.unique(keys)
+    return np.stack([u // base, u % base], axis=1)
 
 
 def _subset(geo, mask):
