@@ -74,8 +74,6 @@ def oracle_pair(xi, qi, Rci, xj, qj, Rcj):
     D, th, ph, vals = oracle_circles(ci, cj)
     o = np.zeros(3)
     d = ci.pts(th, o) - cj.pts(ph, o)
-    # gap to the next distinct local minimum (normal comparable only when the minimiser is isolated)
-    others = [v for v in vals[1:] if v > D + 1e-9 * (Rci + Rcj)]
     return D, d / max(np.linalg.norm(d), 1e-300), vals
 
 
@@ -245,6 +243,12 @@ def test_few_starts_certificate_finds_global_minimum(rng):
     g8 = run(cfgs)
     assert np.all(g.converged)
     np.testing.assert_allclose(g.sep, g8.sep, atol=1e-10)
+    # without the branch and bound (max_levels=0) the single start misses the global minimum somewhere,
+    # and that pair is then not certified
+    g0 = run(cfgs, n_starts=1, grid=6, max_levels=0)
+    worse = g0.sep > g.sep + 1e-6
+    assert np.any(worse)
+    assert not np.any(g0.converged[worse])
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -402,6 +406,11 @@ def test_certificate_budget_exhausted_reports_not_converged(rng):
     assert not np.any(g.converged)
     g = run(cfgs, grid=4, max_cells=8)
     assert not np.all(g.converged)
+    # a small (but sufficient per pair) budget only changes the grouping, not the result
+    ref = run(cfgs)
+    g = run(cfgs, max_cells=150)
+    assert np.all(g.converged)
+    np.testing.assert_allclose(g.sep, ref.sep, atol=1e-13)
 
 
 def test_info_and_throughput_smoke(rng):

@@ -1,0 +1,62 @@
+"""Shared helpers of the study scripts (tools/study_*.py): run a deck in-process, collect per-step rows,
+write CSV and PNG.  Run a study with the project venv, e.g. ``.venv/bin/python tools/study_two_ellipsoids.py``
+(or under ``mpirun -n 2`` for the large ones)."""
+import csv
+import os
+import platform
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def machine():
+    import multiprocessing
+    return f"{platform.node()} {platform.machine()} {multiprocessing.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def run_rows(deck, text="", comm=None, label="", every=1, on_step=None):
+    """Run a validated deck; return one dict per step (diagnostics + wall time of the step)."""
+    from mpi4py import MPI
+    from relcp_mpi.simulation import Simulation
+    comm = comm or MPI.COMM_WORLD
+    deck["output"]["trajectory_every"] = 0
+    sim = Simulation(deck, text, comm)
+    sim.check_initial_overlap()
+    rows = []
+    try:
+        while sim.step < sim.n_steps:
+            comm.Barrier()
+            t0 = time.perf_counter()
+            sim.step_once()
+            comm.Barrier()
+            wall = time.perf_counter() - t0
+            row = {"label": label, "step": sim.step, "time": sim.time, "wall_s": wall, "bodies": sim.n_global}
+            row.update({k: v for k, v in sim.diag.items()})
+            rows.append(row)
+            if on_step:
+                on_step(sim, row)
+    finally:
+        sim.solver.free()
+    return sim, rows
+
+
+def write_csv(path, rows):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    keys = []
+    for r in rows:
+        for k in r:
+            if k not in keys:
+                keys.append(k)
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=keys)
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
+
+
+def plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as p
+    return p
