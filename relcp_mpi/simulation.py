@@ -300,7 +300,7 @@ class Simulation:
         K = np.concatenate([b.kind, g.kind])
         S = np.concatenate([b.shape, g.shape])
         with self.timer.stage("mobility"):
-            blocks = mobility_blocks(b.kind, b.shape, b.q, self.mu)
+            blocks = mobility_blocks(b.kind, b.shape, b.q, self.mu, fixed=b.fixed)
             U_ext = np.einsum("nij,nj->ni", blocks, b.f_ext) + b.u_imp
         inp = StepInput(
             comm=comm, n_owned=n, gid=np.concatenate([b.gid, g.gid]), row=np.concatenate([b.row, g.row]),

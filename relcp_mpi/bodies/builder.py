@@ -32,6 +32,8 @@ def _shape_row(b):
         return [b["radius"], 0.0, 0.0]
     if b["shape"] == "spherocylinder":
         return [b["radius"], b["length"], 0.0]
+    if b["shape"] == "ring":
+        return [b["ring_radius"], b["radius"], 0.0]
     return list(b["axes"])
 
 
@@ -67,7 +69,8 @@ def build_bodies(deck):
             x=[b["position"] for b in ex], q=q,
             f_ext=[list(np.add(b["force"], bf)) + list(np.add(b["torque"], bt)) for b in ex],
             u_imp=[list(b["velocity"]) + list(b["angular_velocity"]) for b in ex],
-            growth=[b["growth_rate"] for b in ex], l_div=[b["divide_at"] for b in ex]))
+            growth=[b["growth_rate"] for b in ex], l_div=[b["divide_at"] for b in ex],
+            fixed=[int(b["fixed"]) for b in ex]))
         gid0 = n
     box_lo = np.asarray(deck["box"]["lo"], float)
     box_hi = np.asarray(deck["box"]["hi"], float)
@@ -104,6 +107,7 @@ def build_bodies(deck):
         f = np.tile(np.concatenate([np.add(g["force"], bf), np.add(g["torque"], bt)]), (n, 1))
         u = np.tile(list(g["velocity"]) + list(g["angular_velocity"]), (n, 1))
         parts.append(BodyStore(gid=gids, kind=np.full(n, kind), shape=shape, x=x, q=q, f_ext=f, u_imp=u,
-                               growth=np.full(n, g["growth_rate"]), l_div=np.full(n, g["divide_at"])))
+                               growth=np.full(n, g["growth_rate"]), l_div=np.full(n, g["divide_at"]),
+                               fixed=np.full(n, int(g["fixed"]))))
         gid0 += n
     return BodyStore.concatenate(parts)

@@ -9,6 +9,8 @@ sphere         0     (R, 0, 0): radius R
 spherocylinder 1     (R, L, 0): radius R, length L of the axis segment (tip to
                      tip length L + 2R); the axis is the body-frame z axis
 ellipsoid      2     (a, b, c): semi-axes along body-frame x, y, z
+ring           3     (Rc, r, 0): torus with centre-circle radius Rc in the body
+                     xy plane (axis = body z) and tube radius r < Rc
 =============  ====  ==========================================================
 """
 import numpy as np
@@ -16,8 +18,9 @@ import numpy as np
 SPHERE = 0
 SPHEROCYLINDER = 1
 ELLIPSOID = 2
+RING = 3
 
-KIND_NAMES = {SPHERE: "sphere", SPHEROCYLINDER: "spherocylinder", ELLIPSOID: "ellipsoid"}
+KIND_NAMES = {SPHERE: "sphere", SPHEROCYLINDER: "spherocylinder", ELLIPSOID: "ellipsoid", RING: "ring"}
 KIND_CODES = {v: k for k, v in KIND_NAMES.items()}
 
 
@@ -28,6 +31,7 @@ def bounding_radius(kind, shape):
     r = np.where(kind == SPHERE, shape[:, 0], 0.0)
     r = np.where(kind == SPHEROCYLINDER, shape[:, 0] + 0.5 * shape[:, 1], r)
     r = np.where(kind == ELLIPSOID, shape.max(axis=1), r)
+    r = np.where(kind == RING, shape[:, 0] + shape[:, 1], r)
     return r
 
 
@@ -39,6 +43,7 @@ def volume(kind, shape):
     v = np.where(kind == SPHERE, 4.0 / 3.0 * np.pi * R ** 3, 0.0)
     v = np.where(kind == SPHEROCYLINDER, np.pi * R ** 2 * L + 4.0 / 3.0 * np.pi * R ** 3, v)
     v = np.where(kind == ELLIPSOID, 4.0 / 3.0 * np.pi * shape.prod(axis=1), v)
+    v = np.where(kind == RING, 2 * np.pi ** 2 * shape[:, 0] * shape[:, 1] ** 2, v)
     return v
 
 
@@ -55,4 +60,6 @@ def validate_shape(kind_name, shape):
         return f"spherocylinder needs radius > 0 and length >= 0, got radius={s[0]}, length={s[1]}"
     if kind_name == "ellipsoid" and not np.all(s > 0):
         return f"ellipsoid semi-axes must all be > 0, got {list(s)}"
+    if kind_name == "ring" and not (0 < s[1] < s[0]):
+        return f"ring needs 0 < radius (tube) < ring_radius, got ring_radius={s[0]}, radius={s[1]}"
     return None

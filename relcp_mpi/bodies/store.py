@@ -12,6 +12,7 @@ Fields (n = number of bodies):
 * ``u_imp`` float (n, 6)   imposed velocity added after mobility [L/T, 1/T]
 * ``growth`` float (n,)    axial growth rate for spherocylinders [L/T] (0 = none)
 * ``l_div`` float (n,)     segment length L at which a growing spherocylinder divides [L] (0 = never)
+* ``fixed`` int8 (n,)      1 = fixed body: zero mobility, moves only with its imposed velocity ``u_imp``
 * ``row``   int64 (n,)     global block-row index of the body in the current distributed D matrix (set by
                            the stepper each step before ghost exchange so ghosts carry it; not physical state)
 
@@ -32,6 +33,7 @@ FIELDS = {
     "u_imp": (np.float64, (6,)),
     "growth": (np.float64, ()),
     "l_div": (np.float64, ()),
+    "fixed": (np.int8, ()),
     "row": (np.int64, ()),
 }
 

@@ -155,6 +155,8 @@ BODY_KEYS = {
     "angular_velocity": (ANY, [0.0, 0.0, 0.0], _vec3),
     "growth_rate": (FLOAT, 0.0, _nonneg),
     "divide_at": (FLOAT, 0.0, _nonneg),
+    "ring_radius": (FLOAT, None, _pos),
+    "fixed": (BOOL, False, None),
 }
 
 GENERATOR_KEYS = dict(BODY_KEYS)
@@ -236,17 +238,22 @@ def _check_orientation(o, kp, problems):
 
 def _check_shape_keys(b, kp, problems):
     shape = b.get("shape")
-    need = {"sphere": ["radius"], "spherocylinder": ["radius", "length"], "ellipsoid": ["axes"]}
+    need = {"sphere": ["radius"], "spherocylinder": ["radius", "length"], "ellipsoid": ["axes"],
+            "ring": ["radius", "ring_radius"]}
     if shape not in need:
-        problems.append(f"{kp}.shape: unknown shape {shape!r} (expected sphere, spherocylinder or ellipsoid)")
+        problems.append(f"{kp}.shape: unknown shape {shape!r} (expected sphere, spherocylinder, ellipsoid or ring)")
         return
     for k in need[shape]:
         if b.get(k) is None:
             problems.append(f"{kp}.{k}: required for shape {shape}")
-    extra = {"radius", "length", "axes"} - set(need[shape])
+    extra = {"radius", "length", "axes", "ring_radius"} - set(need[shape])
     for k in sorted(extra):
         if b.get(k) is not None:
             problems.append(f"{kp}.{k}: not a parameter of shape {shape}")
+    if shape == "ring" and isinstance(b.get("radius"), float) and isinstance(b.get("ring_radius"), float) \
+            and b["radius"] >= b["ring_radius"]:
+        problems.append(f"{kp}.radius: the tube radius must be smaller than ring_radius ({b['ring_radius']}), "
+                        f"got {b['radius']}")
     if shape == "ellipsoid" and b.get("axes") not in (None, INVALID) and not _vec3(b["axes"]):
         if min(b["axes"]) <= 0:
             problems.append(f"{kp}.axes: semi-axes must all be > 0, got {b['axes']}")
@@ -331,6 +338,10 @@ def validate(raw, source="deck"):
             norm.append(nb)
         deck[section] = norm
 
+    kinds = {b.get("shape") for sec in ("bodies", "generate") for b in deck[sec] if isinstance(b, dict)}
+    if "ring" in kinds and kinds & {"ellipsoid", "spherocylinder"}:
+        problems.append("bodies: rings can only be combined with spheres and walls (ring-ellipsoid and "
+                        "ring-spherocylinder contact are not implemented)")
     c, s = deck["contact"], deck["solver"]
     if isinstance(s["tol"], float) and isinstance(c["overlap_tol"], float) and s["tol"] > c["overlap_tol"]:
         problems.append(f"solver.tol: must be <= contact.overlap_tol ({c['overlap_tol']}), got {s['tol']}")

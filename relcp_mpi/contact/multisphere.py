@@ -45,7 +45,7 @@ import functools
 
 import numpy as np
 
-from ..bodies.shapes import SPHERE, SPHEROCYLINDER, ELLIPSOID, KIND_NAMES
+from ..bodies.shapes import SPHERE, SPHEROCYLINDER, ELLIPSOID, RING, KIND_NAMES
 from ..geometry import quaternion
 from ..geometry.contact import ContactGeometry
 from ..geometry.ellipsoid import closest_point_body
@@ -187,6 +187,13 @@ def sphere_proxy(kind, shape, resolution):
     sc = ko == SPHEROCYLINDER
     radii[sc] = sh[sc, 0]
     offsets[sc, 2] = 0.5 * sh[sc, 1] * u[sc]
+    # rings (torus Rc, r): ``resolution`` spheres of the tube radius evenly spaced on the centre circle
+    rg = ko == RING
+    if rg.any():
+        ang = 2 * np.pi * local[rg] / cnt[rg]
+        offsets[rg, 0] = sh[rg, 0] * np.cos(ang)
+        offsets[rg, 1] = sh[rg, 0] * np.sin(ang)
+        radii[rg] = sh[rg, 1]
     # ellipsoids: one layout per distinct (shape, count) class
     el_bodies = np.nonzero(kind == ELLIPSOID)[0]
     if el_bodies.size:
@@ -215,6 +222,13 @@ def proxy_gap(kind, shape, resolution):
     R, L = shape[:, 0], shape[:, 1]
     h = L / np.maximum(counts - 1, 1)
     gap[sc] = np.where(counts[sc] > 1, np.sqrt(R[sc] ** 2 + 0.25 * h[sc] ** 2) - R[sc], 0.5 * L[sc])
+    # ring: worst tube point lies midway between two neighbouring spheres, on the outer side of the tube:
+    # gap = sqrt(Rc^2 sin^2(pi/n) + (Rc (1 - cos(pi/n)) + r)^2) - r
+    rg = kind == RING
+    nn = np.maximum(counts, 1)
+    ring_gap = np.sqrt((shape[:, 0] * np.sin(np.pi / nn)) ** 2
+                       + (shape[:, 0] * (1 - np.cos(np.pi / nn)) + shape[:, 1]) ** 2) - shape[:, 1]
+    gap[rg] = ring_gap[rg]
     el = np.nonzero(kind == ELLIPSOID)[0]
     if el.size:                                      # one (cached) layout per distinct shape class
         keys = np.concatenate([-np.sort(-shape[el], axis=1), counts[el, None].astype(float)], axis=1)

@@ -12,12 +12,18 @@ Body-frame resistance (drag) coefficients, viscosity ``mu`` [F T / L^2]:
   chi = int_0^inf ds/Delta = 2 R_F(a1^2, a2^2, a3^2), alpha_i = int_0^inf ds/((a_i^2+s) Delta)
   = (2/3) R_D(a_j^2, a_k^2, a_i^2), Delta = sqrt(prod (a_i^2 + s)) (Carlson symmetric integrals).
 
+* ring (torus, centre-circle radius Rc, tube radius r, axis body z): resistive-force-theory estimate with
+  slender-body coefficients per unit length c_n = 4 pi mu / (lam + 1/2), c_t = 2 pi mu / (lam - 1/2),
+  lam = ln(8 Rc / r): translation along the axis 2 pi Rc c_n, in plane pi Rc (c_n + c_t); rotation about the
+  axis 2 pi Rc^3 c_t, about a diameter pi Rc^3 c_n (adequate for overdamped chainmail dynamics, not a
+  precise hydrodynamic model).
+
 The lab-frame block is blockdiag(R diag(1/zeta_t) R^T, R diag(1/zeta_r) R^T), R = R(q).
 """
 import numpy as np
 from scipy.special import elliprd, elliprf
 
-from relcp_mpi.bodies.shapes import ELLIPSOID, SPHERE, SPHEROCYLINDER
+from relcp_mpi.bodies.shapes import ELLIPSOID, RING, SPHERE, SPHEROCYLINDER
 from relcp_mpi.geometry import quaternion as quat
 
 
@@ -59,17 +65,29 @@ def body_frame_drag(kind, shape, mu):
         for i in range(3):   # three fixed axes, vectorised over bodies
             j, k = (i + 1) % 3, (i + 2) % 3
             zr[m, i] = 16 * np.pi * mu * (a2[:, j] + a2[:, k]) / (3 * (a2[:, j] * alpha[:, j] + a2[:, k] * alpha[:, k]))
+    m = kind == RING
+    if m.any():
+        Rc, r = shape[m, 0], shape[m, 1]
+        lam = np.log(8 * Rc / r)
+        cn = 4 * np.pi * mu / (lam + 0.5)
+        ct = 2 * np.pi * mu / np.maximum(lam - 0.5, 0.5)
+        zt[m] = np.stack([np.pi * Rc * (cn + ct), np.pi * Rc * (cn + ct), 2 * np.pi * Rc * cn], axis=1)
+        zr[m] = np.stack([np.pi * Rc ** 3 * cn, np.pi * Rc ** 3 * cn, 2 * np.pi * Rc ** 3 * ct], axis=1)
     return zt, zr
 
 
-def mobility_blocks(kind, shape, q, mu):
-    """Lab-frame 6x6 mobility blocks, shape (n, 6, 6) [translation L/(F T), rotation 1/(F L T)]."""
+def mobility_blocks(kind, shape, q, mu, fixed=None):
+    """Lab-frame 6x6 mobility blocks, shape (n, 6, 6) [translation L/(F T), rotation 1/(F L T)].
+
+    ``fixed`` (n,) bool: fixed bodies get a zero block (they move only with their imposed velocity)."""
     zt, zr = body_frame_drag(kind, shape, mu)
     R = quat.to_matrix(q)
     n = len(zt)
     M = np.zeros((n, 6, 6))
     M[:, :3, :3] = np.einsum("nij,nj,nkj->nik", R, 1.0 / zt, R)
     M[:, 3:, 3:] = np.einsum("nij,nj,nkj->nik", R, 1.0 / zr, R)
+    if fixed is not None:
+        M[np.asarray(fixed, bool)] = 0.0
     return M
 
 
