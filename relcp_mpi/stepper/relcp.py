@@ -181,6 +181,12 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
         else:
             geo = _pair_geometry(inp, X0, Q0, ia, ib, prm.geometry_tol)
             wgeo = _wall_geometry(inp, X0, Q0, wb, ww)
+            # rows only for pairs whose smooth surfaces are within the skin (bounding-sphere candidates that are
+            # farther apart cannot touch within the step; the trial check would catch them if they did)
+            near = geo.sep <= prm.skin
+            wnear = wgeo.sep <= prm.skin
+            ia, ib, geo = ia[near], ib[near], _subset(geo, near)
+            wb, ww, wgeo = wb[wnear], ww[wnear], _subset(wgeo, wnear)
             table.append(**_rows(inp, geo, ia, ib, X0, np.zeros(len(ia), np.int64), np.zeros(len(ia))))
             table.append(**_rows(inp, wgeo, wb, -1 - ww, X0, np.zeros(len(wb), np.int64), np.zeros(len(wb))))
     # candidate set for the overlap checks: body pairs as (ia, ib), walls as (wb, ww)
