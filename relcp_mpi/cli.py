@@ -2,18 +2,37 @@
 
 Sub-commands::
 
-    relcp-mpi run DECK.yaml [--steps N] [--output DIR] [--restart PATH|latest] [--petsc "-opt val ..."]
-    relcp-mpi validate DECK.yaml      check a deck and print the normalised version
+    relcp-mpi run DECK.yaml [--steps N] [--output DIR] [--restart PATH|latest] [--overwrite]
+                            [--petsc "-opt val ..."] [--quiet]
+    relcp-mpi validate DECK.yaml      check a deck (schema, body construction, initial overlaps) and
+                                      print the normalised version
     relcp-mpi info FILE.h5            describe a checkpoint or trajectory file
+    relcp-mpi convert CKPT.h5 OUT.h5  write a checkpoint as a one-frame trajectory (+ XDMF) for ParaView
 
-Exit codes: 0 success, 2 bad input (deck, checkpoint), 1 any other error (the job is aborted on all ranks
-with one message), 3 stopped by a signal after writing a checkpoint.
+``run``: a fresh run refuses to start when its output directory already holds a trajectory or checkpoints
+of the deck's name (``--overwrite`` deletes them once the deck has been checked; ``--restart`` continues
+from them).  ``--restart`` (or the deck's ``output.restart``) takes a checkpoint path or ``latest`` (the
+newest valid ``<output.directory>/<name>_ckpt_<step>.h5``); the trajectory is then appended to.
+SIGTERM or SIGUSR1 (to the rank processes; ``mpirun`` forwards SIGUSR1 but not SIGTERM) makes all ranks
+write a checkpoint at the end of the current step and exit with status 3.
+
+Exit codes: 0 success, 2 bad input (deck, checkpoint, existing output; one message naming the key, value
+or file, printed once), 1 any other error (the job is aborted on all ranks with one message),
+3 stopped by a signal after writing a checkpoint.
 """
 import argparse
+import glob
 import os
+import re
 import sys
 
+EXIT_OK = 0
 EXIT_BAD_INPUT = 2
+EXIT_SIGNAL = 3     # == relcp_mpi.simulation.EXIT_SIGNAL_CHECKPOINT
+
+
+class InputError(Exception):
+    """Bad command-line input detected by the CLI itself (reported like a deck error, exit 2)."""
 
 
 def _parser():
@@ -21,16 +40,33 @@ def _parser():
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run a deck")
     r.add_argument("deck")
-    r.add_argument("--steps", type=int, help="override time.steps")
+    r.add_argument("--steps", type=int, help="override time.steps (total steps, counted from 0)")
     r.add_argument("--output", help="override output.directory")
-    r.add_argument("--restart", help="checkpoint file, or 'latest' in the output directory")
+    r.add_argument("--restart", metavar="PATH|latest",
+                   help="continue from a checkpoint file, or 'latest' (newest valid checkpoint of the deck in the "
+                        "output directory); overrides output.restart")
+    r.add_argument("--overwrite", action="store_true",
+                   help="allow a fresh run to replace the trajectory/checkpoints of an earlier run of the deck")
     r.add_argument("--petsc", default="", help="PETSc options, e.g. \"-log_view\"")
     r.add_argument("--quiet", action="store_true", help="no progress lines")
-    v = sub.add_parser("validate", help="validate a deck")
+    v = sub.add_parser("validate", help="validate a deck (schema, bodies, initial overlaps)")
     v.add_argument("deck")
     i = sub.add_parser("info", help="describe a checkpoint or trajectory file")
     i.add_argument("file")
+    c = sub.add_parser("convert", help="write a checkpoint as a one-frame trajectory (+ XDMF sidecar)")
+    c.add_argument("checkpoint")
+    c.add_argument("output")
+    c.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
     return p
+
+
+def _rank():
+    """MPI rank if MPI is (or can cheaply be) initialised, else 0."""
+    try:
+        from mpi4py import MPI
+        return MPI.COMM_WORLD.rank
+    except Exception:  # noqa: BLE001
+        return 0
 
 
 def _err(comm, msg):
@@ -39,27 +75,148 @@ def _err(comm, msg):
         sys.stderr.flush()
 
 
+def _named(exc, path):
+    """A DeckError raised after loading (body construction, initial overlaps) names the deck file."""
+    from relcp_mpi.config.deck import DeckError
+    if isinstance(exc, DeckError) and exc.source == "deck":
+        return DeckError(exc.problems, source=path)
+    return exc
+
+
 def main(argv=None):
     args = _parser().parse_args(argv)
-    from relcp_mpi.config.deck import DeckError, load
     if args.command == "validate":
-        try:
-            deck, _ = load(args.deck)
-        except DeckError as exc:
-            _err(None, exc)
-            return EXIT_BAD_INPUT
-        import yaml
-        print(yaml.safe_dump(deck, sort_keys=False))
-        return 0
+        return _validate(args)
     if args.command == "info":
-        from relcp_mpi.io.info import describe_file
-        try:
-            print(describe_file(args.file))
-        except Exception as exc:  # noqa: BLE001 - report any unreadable file clearly
-            _err(None, f"{args.file}: {exc}")
-            return EXIT_BAD_INPUT
-        return 0
+        return _info(args)
+    if args.command == "convert":
+        return _convert(args)
     return _run(args)
+
+
+# ------------------------------------------------------------------------------------------------
+def _validate(args):
+    """Schema check, then (relcp engine) build the bodies and check initial overlaps, serially."""
+    from relcp_mpi.config.deck import DeckError, load
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    try:
+        deck, _ = load(args.deck)
+    except DeckError as exc:
+        _err(comm, exc)
+        return EXIT_BAD_INPUT
+    note = ""
+    if deck["engine"] == "relcp":
+        from relcp_mpi.simulation import Simulation
+        try:
+            sim = Simulation(deck, "", MPI.COMM_SELF)
+            sim.check_initial_overlap()
+        except DeckError as exc:
+            _err(comm, _named(exc, args.deck))
+            return EXIT_BAD_INPUT
+        note = f"# OK: {sim.n_global} bodies, {sim.n_steps} steps of dt={sim.dt:g}, no initial overlaps\n"
+    if comm.rank == 0:
+        import yaml
+        sys.stdout.write(yaml.safe_dump(deck, sort_keys=False) + note)
+        sys.stdout.flush()
+    return EXIT_OK
+
+
+def _info(args):
+    """Describe a file; exit 2 if it is missing, not a relcp_mpi file, or a checkpoint that fails
+    verification (the description is still printed)."""
+    from relcp_mpi.io.info import describe_file
+    if _rank() != 0:
+        return EXIT_OK
+    path = args.file
+    if not os.path.exists(path):
+        _err(None, f"{path}: file does not exist")
+        return EXIT_BAD_INPUT
+    try:
+        text = describe_file(path)
+    except Exception as exc:  # noqa: BLE001 - report any unreadable file clearly
+        _err(None, f"{path}: cannot be described: {type(exc).__name__}: {exc}")
+        return EXIT_BAD_INPUT
+    print(text, flush=True)
+    first = text.splitlines()[0] if text else ""
+    if "checksum    : FAILED" in text or not (first.endswith("relcp_mpi checkpoint")
+                                                or first.endswith("relcp_mpi trajectory")):
+        _err(None, f"{path}: " + ("checkpoint failed verification" if "FAILED" in text
+                                  else first.split(": ", 1)[-1]))
+        return EXIT_BAD_INPUT
+    return EXIT_OK
+
+
+def _convert(args):
+    """Checkpoint -> one-frame trajectory + XDMF (collective over all ranks)."""
+    from mpi4py import MPI
+    from relcp_mpi.io.checkpoint import CheckpointError
+    from relcp_mpi.io.info import convert_checkpoint_to_trajectory
+    from relcp_mpi.io.xdmf import xdmf_path_for
+    comm = MPI.COMM_WORLD
+    src, dst = os.path.abspath(args.checkpoint), os.path.abspath(args.output)
+    msg = None
+    if comm.rank == 0:
+        if src == dst:
+            msg = f"{args.output}: output would replace the checkpoint itself"
+        elif os.path.exists(dst) and not args.overwrite:
+            msg = f"{args.output}: file exists (use --overwrite to replace it)"
+    msg = comm.bcast(msg, root=0)
+    if msg:
+        _err(comm, msg)
+        return EXIT_BAD_INPUT
+    try:
+        convert_checkpoint_to_trajectory(args.checkpoint, args.output, comm=comm)
+    except CheckpointError as exc:
+        _err(comm, exc)
+        return EXIT_BAD_INPUT
+    if comm.rank == 0:
+        print(f"relcp-mpi: wrote {args.output} (one frame) and {xdmf_path_for(args.output)} "
+              f"from checkpoint {args.checkpoint}", flush=True)
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------------------------
+def existing_outputs(deck):
+    """Files of an earlier run of this deck in its output directory (trajectory, XDMF sidecar,
+    checkpoints incl. stale temporaries, event-driven result), sorted."""
+    d, name = deck["output"]["directory"], deck["name"]
+    if not os.path.isdir(d):
+        return []
+    found = []
+    for p in (os.path.join(d, f"{name}.h5"), os.path.join(d, f"{name}.xdmf"),
+              os.path.join(d, f"{name}_events.h5")):
+        if os.path.exists(p):
+            found.append(p)
+    ck = re.compile(re.escape(name) + r"_ckpt_\d{9}\.h5(\.tmp)?$")
+    found += [p for p in glob.glob(os.path.join(glob.escape(d), f"{glob.escape(name)}_ckpt_*"))
+              if ck.match(os.path.basename(p))]
+    return sorted(found)
+
+
+def _refuse_or_clear(comm, deck, overwrite, restart_hint=True):
+    """Fresh run: refuse (InputError, same on every rank) if earlier output exists and not ``overwrite``;
+    with ``overwrite`` rank 0 deletes it.  Collective."""
+    msg, files = None, []
+    if comm.rank == 0:
+        files = existing_outputs(deck)
+        data = [f for f in files if not f.endswith(".xdmf")]
+        if data and not overwrite:
+            shown = ", ".join(data[:4]) + (f", ... ({len(data)} files)" if len(data) > 4 else "")
+            hint = " or --restart latest to continue it" if restart_hint else ""
+            msg = (f"output directory {deck['output']['directory']} already holds output of a run of "
+                   f"'{deck['name']}' ({shown}); refusing to overwrite it: pass --overwrite to replace it{hint}, "
+                   f"or choose another --output directory")
+        elif overwrite:
+            for f in files:
+                try:
+                    os.remove(f)
+                except OSError as e:
+                    msg = f"--overwrite: cannot remove {f}: {e.strerror}"
+                    break
+    msg = comm.bcast(msg, root=0)
+    if msg:
+        raise InputError(msg)
 
 
 def _run(args):
@@ -68,40 +225,92 @@ def _run(args):
     from relcp_mpi.parallel.errors import install_excepthook
     install_excepthook(comm)
     from relcp_mpi.config.deck import DeckError, load
+    from relcp_mpi.io.checkpoint import CheckpointError
     try:
         deck, text = load(args.deck)
         if args.steps is not None:
+            if args.steps < 0:
+                raise DeckError([f"--steps: must be >= 0, got {args.steps}"], source=args.deck)
             deck["time"]["steps"], deck["time"]["t_end"] = args.steps, None
         if args.output:
             deck["output"]["directory"] = args.output
         if args.quiet:
             deck["output"]["progress_every"] = 0
+        restart = args.restart if args.restart is not None else deck["output"]["restart"]
+        if restart is not None and (not isinstance(restart, str) or not restart.strip()):
+            raise DeckError([f"output.restart: must be 'latest' or a checkpoint path, got {restart!r}"],
+                            source=args.deck)
+        if restart is not None and deck["engine"] != "relcp":
+            raise DeckError([f"output.restart / --restart: restarting is only supported for engine relcp "
+                             f"(this deck has engine {deck['engine']})"], source=args.deck)
     except DeckError as exc:
         _err(comm, exc)
         return EXIT_BAD_INPUT
     from relcp_mpi.petsc import get_petsc
     get_petsc(args.petsc.split() + list(deck["solver"]["petsc_options"]))
     if deck["engine"] == "event_driven":
-        from relcp_mpi.events.deck import run_event_deck
-        os.makedirs(deck["output"]["directory"], exist_ok=True) if comm.rank == 0 else None
-        comm.Barrier()
-        path = os.path.join(deck["output"]["directory"], f"{deck['name']}_events.h5")
-        result = run_event_deck(deck, path, comm)
-        if comm.rank == 0:
-            print(f"event-driven run '{deck['name']}': {getattr(result, 'status', result)}; written to {path}")
-        return 0
-    from relcp_mpi.simulation import Simulation
+        return _run_events(comm, deck, args)
+
+    from relcp_mpi.simulation import Simulation, StopRequested, install_signal_handlers
+    # install before any heavy set-up: a signal from now on is acted upon at the end of the next step
+    install_signal_handlers()
     try:
-        sim = Simulation(deck, text, comm)
-        sim.check_initial_overlap()
+        if restart is not None:
+            sim = Simulation.from_checkpoint(restart, deck, text, comm)
+        else:
+            sim = Simulation(deck, text, comm)
+            sim.check_initial_overlap()
+            _refuse_or_clear(comm, deck, args.overwrite)
+    except DeckError as exc:
+        _err(comm, _named(exc, args.deck))
+        return EXIT_BAD_INPUT
+    except (CheckpointError, InputError) as exc:
+        _err(comm, exc)
+        return EXIT_BAD_INPUT
+    if comm.rank == 0:
+        how = f"restarting from {sim.restarted_from} at step {sim.step}" if restart is not None else "running"
+        print(f"relcp_mpi: {how} '{deck['name']}' ({sim.n_global} bodies, {sim.n_steps} steps, dt={sim.dt:g}) "
+              f"on {comm.size} rank(s)", flush=True)
+    try:
+        sim.run()
+    except StopRequested as stop:
+        if comm.rank == 0:
+            import signal as _signal
+            try:
+                name = _signal.Signals(stop.signum).name
+            except ValueError:
+                name = f"signal {stop.signum}"
+            print(f"relcp-mpi: stopped by {name} after step {sim.step} (t={sim.time:.6g}); checkpoint "
+                  f"written to {stop.path}; continue with: relcp-mpi run {args.deck} --restart latest"
+                  + (f" --output {args.output}" if args.output else ""), flush=True)
+        return EXIT_SIGNAL
+    except CheckpointError as exc:       # a failed checkpoint write is raised on every rank alike
+        _err(comm, exc)
+        return 1
+    summary = sim.summary()
+    if comm.rank == 0:
+        print(summary, flush=True)
+    return EXIT_OK
+
+
+def _run_events(comm, deck, args):
+    from relcp_mpi.config.deck import DeckError
+    from relcp_mpi.events.deck import parse_event_deck, run_event_deck
+    try:
+        parse_event_deck(deck)          # deterministic: the same verdict on every rank
+        _refuse_or_clear(comm, deck, args.overwrite, restart_hint=False)
+    except (DeckError, InputError) as exc:
+        _err(comm, exc)
+        return EXIT_BAD_INPUT
+    if comm.rank == 0:
+        os.makedirs(deck["output"]["directory"], exist_ok=True)
+    comm.Barrier()
+    path = os.path.join(deck["output"]["directory"], f"{deck['name']}_events.h5")
+    try:
+        result = run_event_deck(deck, path, comm)
     except DeckError as exc:
         _err(comm, exc)
         return EXIT_BAD_INPUT
     if comm.rank == 0:
-        print(f"relcp_mpi: running '{deck['name']}' ({sim.n_global} bodies, {sim.n_steps} steps, dt={sim.dt:g}) "
-              f"on {comm.size} rank(s)", flush=True)
-    sim.run()
-    summary = sim.summary()
-    if comm.rank == 0:
-        print(summary, flush=True)
-    return 0
+        print(f"event-driven run '{deck['name']}': {getattr(result, 'status', result)}; written to {path}")
+    return EXIT_OK

@@ -389,8 +389,10 @@ class Simulation:
         """Collective atomic checkpoint of the full state; returns its path.
 
         Holds the bodies, the warm-start table, step, time, dt, the deck (its YAML text, or the
-        normalised deck when the simulation was built without text) and, for RCB, the decomposition tree
-        (so a restart on the same rank count partitions exactly as the interrupted run did)."""
+        normalised deck when the simulation was built without text) and what a restart on the same rank
+        count needs to continue bit for bit: the ownership of the bodies during the last step (``row_starts``;
+        with the bodies' ``row`` it gives each body's rank), the skin, and for RCB the current decomposition
+        tree."""
         from relcp_mpi.io.checkpoint import checkpoint_path, write_checkpoint
         if self.comm.rank == 0:
             os.makedirs(self.deck["output"]["directory"], exist_ok=True)
@@ -401,7 +403,11 @@ class Simulation:
         meta = {"step": int(self.step), "time": float(self.time), "dt": float(self.dt),
                 "deck": self.deck_text if self.deck_text else self.deck,
                 "seed": int(self.deck["seed"]), "next_gid": int(self.next_gid), "n_steps": int(self.n_steps),
-                "decomposition": self.deck["parallel"]["decomposition"], "n_bodies": int(self.n_global)}
+                "decomposition": self.deck["parallel"]["decomposition"], "n_bodies": int(self.n_global),
+                "skin": float(self.skin), "n_rebalances": int(getattr(self, "n_rebalances", 0))}
+        rs = getattr(self, "row_starts", None)
+        if rs is not None and len(rs) == self.comm.size + 1:
+            meta["row_starts"] = np.asarray(rs, dtype=np.int64)
         if isinstance(self.decomp, pdecomp.RCBDecomposition):
             d = self.decomp
             meta["rcb"] = {"size": int(d.size), "bins": int(d.bins), "rounds": int(d.rounds),
@@ -458,6 +464,9 @@ class Simulation:
         m = dict(meta)
         if m.get("deck") is not None:
             m["deck"] = _normalised_deck(m["deck"])
+            # the stored deck's body list is compared entry by entry; the body count of the checkpoint is
+            # not the deck's when cells divide, so check_compatible's count check must not run
+            m.pop("n_bodies", None)
         check_compatible(m, deck, path=f"checkpoint {path}")
         keys = None
         vals = None
@@ -466,10 +475,11 @@ class Simulation:
             keys["a"], keys["b"], keys["k"] = warm["gid_i"], warm["gid_j"], warm["sub"]
             vals = np.asarray(warm["gamma"], float)
         sim = cls(deck, deck_text, comm, bodies=bodies, step=int(meta["step"]), time0=float(meta["time"]))
+        same_ranks = int(meta.get("n_ranks_written", -1)) == comm.size
         rcb = meta.get("rcb")
-        if isinstance(sim.decomp, pdecomp.RCBDecomposition) and isinstance(rcb, dict) and \
+        if same_ranks and isinstance(sim.decomp, pdecomp.RCBDecomposition) and isinstance(rcb, dict) and \
                 int(rcb.get("size", -1)) == comm.size:
-            # same rank count: partition exactly as the interrupted run did (bitwise continuation)
+            # partition exactly as the interrupted run did (its tree may also come from a rebalance)
             d = pdecomp.RCBDecomposition.__new__(pdecomp.RCBDecomposition)
             pdecomp.Decomposition.__init__(d, sim.box, comm)
             d.bins, d.rounds = int(rcb["bins"]), int(rcb["rounds"])
@@ -481,7 +491,29 @@ class Simulation:
             d._hi = np.array(rcb["hi"], dtype=np.float64).reshape(comm.size, 3)
             sim.decomp = d
             sim.bodies = migrate(sim.bodies, d, comm)
+        rs = meta.get("row_starts")
+        if same_ranks and isinstance(rs, list) and len(rs) == comm.size + 1:
+            # give every body back to the rank that owned it during the last step (its D row tells which):
+            # the next step starts from exactly the interrupted run's distribution (the rebalancing
+            # decision and its work weights depend on it), not from one recomputed from the positions
+            from relcp_mpi.parallel.migration import pack_rows
+            rs = np.asarray(rs, dtype=np.int64)
+            b = sim.bodies
+            dest = np.clip(np.searchsorted(rs, b.row, side="right") - 1, 0, comm.size - 1)
+            sim.bodies = BodyStore.unpack(alltoallv_rows(pack_rows(b), dest, comm)).sort_by_gid() \
+                if comm.allreduce(len(b)) else b
+            sim.row_starts = rs
+        if deck["contact"]["skin"] is None and "skin" in meta:
+            # automatic skin: the one of the interrupted run (fixed at its start), not 0.25 r_max of now
+            sim.skin = float(meta["skin"])
+            sim.params.skin = sim.skin
+            sim._update_widths()
+        sim.n_rebalances = int(meta.get("n_rebalances", 0))
         sim._adopt_warm(keys, vals)
+        # work per body of the last step (1 + its constraint rows = its warm-start rows), for rebalancing
+        b = sim.bodies
+        idx = np.searchsorted(b.gid, sim.warm[0]["a"]) if len(b) else np.zeros(0, np.int64)
+        sim._work_per_body = 1.0 + np.bincount(idx, minlength=len(b)).astype(np.float64)
         sim.next_gid = max(sim.next_gid, int(meta.get("next_gid", 0)))
         sim.restarted_from = path
         sim.restart_meta = meta

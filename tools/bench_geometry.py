@@ -8,6 +8,14 @@ Configurations: random orientations, semi-axes in [0.3, 1] x aspect up to 4, cen
 0.3 and 1.2 times the sum of the bounding radii (a mix of overlapping and separated pairs).
 --check N compares N random pairs of every kind combination against the brute-force oracle
 (relcp_mpi/geometry/bruteforce.py) and prints the largest relative deviation.
+
+Suspension cases (equal ellipsoids with semi-axes (1, .5, .5), random orientations; --suspension-only skips
+the mixed table):
+  (a) unhinted, centre distance uniform in [1.0, 2.3] (mostly separated, ~20% overlapping)
+  (b) the same pairs after a small random rigid motion of every body (0.01 L, 0.01 rad), hinted with the
+      exact normals of the previous configuration (the time stepper's case); the hinted result is checked
+      against the unhinted one
+  (c) overlapping, centre distance uniform in [0.5, 1.0]
 """
 import argparse
 import os
@@ -44,14 +52,57 @@ def batch(rng, ki, kj, m, spread=(0.3, 1.2)):
     return si, xi, Q.random_unit(rng, m), sj, xi - d, Q.random_unit(rng, m), reach
 
 
+def suspension(rng, m, lo, hi):
+    e = np.broadcast_to([1.0, 0.5, 0.5], (m, 3)).copy()
+    xi = rng.uniform(0.0, 50.0, (m, 3))
+    d = rng.normal(size=(m, 3))
+    d *= (rng.uniform(lo, hi, m) / np.linalg.norm(d, axis=1))[:, None]
+    return e, xi, Q.random_unit(rng, m), e.copy(), xi - d, Q.random_unit(rng, m)
+
+
+def best_time(fn, repeat):
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return min(times), out
+
+
+def suspension_table(rng, m, repeat):
+    E = ELLIPSOID
+    si, xi, qi, sj, xj, qj = suspension(rng, m, 1.0, 2.3)
+    g0 = pair_snsd(E, si, xi, qi, E, sj, xj, qj)
+    mv = lambda x: x + 0.01 * rng.normal(size=x.shape)
+    rot = lambda q: Q.integrate(q, 0.01 * rng.normal(size=(m, 3)), 1.0)
+    xi1, qi1, xj1, qj1 = mv(xi), rot(qi), mv(xj), rot(qj)
+    so = suspension(rng, m, 0.5, 1.0)
+    print(f"\nsuspension ellipsoids (1, .5, .5), m = {m}:")
+    print(f"{'case':52s} {'overlap':>8s} {'best time [s]':>14s} {'pairs/s':>12s}")
+    t, g = best_time(lambda: pair_snsd(E, si, xi, qi, E, sj, xj, qj), repeat)
+    print(f"{'(a) unhinted, distance in [1.0, 2.3]':52s} {np.mean(g.sep < 0):8.2f} {t:14.4f} {m / t:12.0f}")
+    ref = pair_snsd(E, si, xi1, qi1, E, sj, xj1, qj1)
+    t, g = best_time(lambda: pair_snsd(E, si, xi1, qi1, E, sj, xj1, qj1, hint=g0.normal), repeat)
+    S = np.linalg.norm(xi1 - xj1, axis=1) + 2.0
+    dev = np.max(np.abs(g.sep - ref.sep) / S)
+    print(f"{'(b) hinted with previous normals after small motion':52s} {np.mean(g.sep < 0):8.2f} {t:14.4f} "
+          f"{m / t:12.0f}   (max |sep - sep_unhinted| / S = {dev:.1e})")
+    t, g = best_time(lambda: pair_snsd(E, so[0], so[1], so[2], E, so[3], so[4], so[5]), repeat)
+    print(f"{'(c) unhinted, distance in [0.5, 1.0]':52s} {np.mean(g.sep < 0):8.2f} {t:14.4f} {m / t:12.0f}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--m", type=int, default=10000, help="pairs per batch (default 10^4)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--check", type=int, default=0, help="oracle-check N pairs per kind combination")
     ap.add_argument("--seed", type=int, default=2024)
+    ap.add_argument("--suspension-only", action="store_true", help="only the suspension cases (a)-(c)")
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
+    if args.suspension_only:
+        suspension_table(rng, args.m, args.repeat)
+        return
     combos = [(ELLIPSOID, ELLIPSOID), (SPHEROCYLINDER, ELLIPSOID), (SPHERE, ELLIPSOID),
               (SPHEROCYLINDER, SPHEROCYLINDER), (SPHERE, SPHERE)]
     print(f"{'pair kinds':34s} {'m':>7s} {'overlap':>8s} {'best time [s]':>14s} {'pairs/s':>12s}")
@@ -65,6 +116,7 @@ def main():
         t = min(times)
         name = f"{KIND_NAMES[ki]}-{KIND_NAMES[kj]}"
         print(f"{name:34s} {args.m:7d} {np.mean(g.sep < 0):8.2f} {t:14.4f} {args.m / t:12.0f}")
+    suspension_table(rng, args.m, args.repeat)
     if args.check:
         from relcp_mpi.geometry.bruteforce import bruteforce_snsd
         print(f"\noracle check ({args.check} pairs per combination, |sep - sep_bf| / reach):")

@@ -6,4 +6,5 @@ cd "$(dirname "$0")/.."
 bash tools/setup.sh
 source tools/env.sh
 DECK="${1:-input_decks/two_ellipsoids.yaml}"; shift || true
-exec mpirun -n "${NP:-2}" .venv/bin/python -m relcp_mpi run "$DECK" "$@"
+# --overwrite: re-running replaces the previous output of the deck (the script is idempotent)
+exec mpirun -n "${NP:-2}" .venv/bin/python -m relcp_mpi run "$DECK" --overwrite "$@"
