@@ -196,22 +196,23 @@ class Simulation:
         keys, vals = self.warm
         if keys is None:
             keys = np.zeros(0, dtype=[("a", np.int64), ("b", np.int64), ("k", np.int64)])
-            vals = np.zeros(0)
+            vals = np.zeros((0, 4))
+        vals = _warm_2d(vals)
         b = self.bodies
         order = np.argsort(b.gid)
         pos = np.searchsorted(b.gid[order], keys["a"])
         ok = (pos < len(b)) & (b.gid[order][np.minimum(pos, max(len(b) - 1, 0))] == keys["a"]) if len(b) else \
             np.zeros(len(keys), bool)
-        keys, vals = keys[ok], np.asarray(vals)[ok]
+        keys, vals = keys[ok], vals[ok]
         idx = order[pos[ok]]
         dest = self.decomp.owner(self.box.wrap(b.x[idx])) if len(idx) else np.zeros(0, np.int64)
         rows = np.stack([keys["a"], keys["b"], keys["k"]], axis=1).astype(np.float64) if len(keys) else \
             np.zeros((0, 3))
-        recv = alltoallv_rows(np.concatenate([rows, vals[:, None]], axis=1) if len(keys) else np.zeros((0, 4)),
+        recv = alltoallv_rows(np.concatenate([rows, vals], axis=1) if len(keys) else np.zeros((0, 7)),
                               dest, self.comm)
         k = np.empty(len(recv), dtype=keys.dtype)
         k["a"], k["b"], k["k"] = (np.rint(recv[:, c]).astype(np.int64) for c in range(3))
-        self.warm = (k, recv[:, 3].copy())
+        self.warm = (k, recv[:, 3:].copy())
 
     def _adopt_warm(self, warm_keys, warm_vals):
         """Restart: send every warm-start row to the rank owning its body gid_i (collective).
@@ -225,14 +226,14 @@ class Simulation:
         P, rank = comm.size, comm.rank
         kdt = [("a", np.int64), ("b", np.int64), ("k", np.int64)]
         if warm_keys is None or len(warm_keys) == 0:
-            keys, vals = np.zeros(0, dtype=kdt), np.zeros(0)
+            keys, vals = np.zeros(0, dtype=kdt), np.zeros((0, 4))
         else:
-            keys, vals = np.asarray(warm_keys), np.asarray(warm_vals, dtype=np.float64)
-        # int64 rows (the multiplier travels as its bit pattern: exact)
-        rows = np.zeros((len(keys), 4), dtype=np.int64)
+            keys, vals = np.asarray(warm_keys), _warm_2d(warm_vals)
+        # int64 rows (the multiplier and the hint travel as their bit patterns: exact)
+        rows = np.zeros((len(keys), 7), dtype=np.int64)
         if len(keys):
             rows[:, 0], rows[:, 1], rows[:, 2] = keys["a"], keys["b"], keys["k"]
-            rows[:, 3] = np.ascontiguousarray(vals, dtype=np.float64).view(np.int64)
+            rows[:, 3:] = np.ascontiguousarray(vals, dtype=np.float64).view(np.int64)
         at_dir = alltoallv_rows(rows, np.mod(rows[:, 0], P), comm, dtype=np.int64)
         gid = np.asarray(self.bodies.gid, dtype=np.int64)
         own = alltoallv_rows(np.stack([gid, np.full(len(gid), rank, np.int64)], axis=1),
@@ -246,7 +247,7 @@ class Simulation:
         got = alltoallv_rows(at_dir[hit], dest, comm, dtype=np.int64)
         k = np.empty(len(got), dtype=kdt)
         k["a"], k["b"], k["k"] = got[:, 0], got[:, 1], got[:, 2]
-        self.warm = (k, np.ascontiguousarray(got[:, 3]).view(np.float64).copy())
+        self.warm = (k, np.ascontiguousarray(got[:, 3:]).view(np.float64).copy())
 
     def _refresh(self, x_owned, q_owned):
         """Ghost positions/orientations for trial owned states (collective, reuses the ghost plan)."""
@@ -316,7 +317,7 @@ class Simulation:
         self.contact_force = res.F          # (n_owned, 6) constraint force/torque of the step [F, F L]
         own = res.table.ia[res.table.ia < len(b)]
         self._work_per_body = 1.0 + np.bincount(own, minlength=len(b))
-        self.warm = (res.table.keys(), res.gamma)
+        self.warm = res.warm_table()
         self.step += 1
         self.time += self.dt
         self.diag = res.diagnostics
@@ -399,7 +400,9 @@ class Simulation:
         keys, vals = self.warm
         warm = None
         if keys is not None:
-            warm = {"gid_i": keys["a"], "gid_j": keys["b"], "sub": keys["k"], "gamma": np.asarray(vals, float)}
+            v = _warm_2d(vals)
+            warm = {"gid_i": keys["a"], "gid_j": keys["b"], "sub": keys["k"], "gamma": v[:, 0],
+                    "hint_x": v[:, 1], "hint_y": v[:, 2], "hint_z": v[:, 3]}
         meta = {"step": int(self.step), "time": float(self.time), "dt": float(self.dt),
                 "deck": self.deck_text if self.deck_text else self.deck,
                 "seed": int(self.deck["seed"]), "next_gid": int(self.next_gid), "n_steps": int(self.n_steps),
@@ -473,7 +476,10 @@ class Simulation:
         if warm and "gid_i" in warm:
             keys = np.empty(len(warm["gid_i"]), dtype=[("a", np.int64), ("b", np.int64), ("k", np.int64)])
             keys["a"], keys["b"], keys["k"] = warm["gid_i"], warm["gid_j"], warm["sub"]
-            vals = np.asarray(warm["gamma"], float)
+            vals = np.full((len(keys), 4), np.nan)
+            vals[:, 0] = warm["gamma"]
+            if all(c in warm for c in ("hint_x", "hint_y", "hint_z")):     # older checkpoints have no hints
+                vals[:, 1], vals[:, 2], vals[:, 3] = warm["hint_x"], warm["hint_y"], warm["hint_z"]
         sim = cls(deck, deck_text, comm, bodies=bodies, step=int(meta["step"]), time0=float(meta["time"]))
         same_ranks = int(meta.get("n_ranks_written", -1)) == comm.size
         rcb = meta.get("rcb")
@@ -533,3 +539,13 @@ class Simulation:
                 f"iterations={d.get('iterations', 0)} max_overlap={d.get('max_overlap', 0.0):.3e} "
                 f"(overlap_tol {self.params.overlap_tol:g})\n"
                 f"wall time {wall:.3f} s, {nrun / max(wall, 1e-300):.2f} steps/s\n" + stages)
+
+
+def _warm_2d(vals):
+    """Warm-start values as (c, 4) float64: multiplier and geometry hint (NaN hint when none is known)."""
+    v = np.asarray(vals, dtype=np.float64)
+    if v.ndim == 2 and v.shape[1] == 4:
+        return v
+    out = np.full((len(v), 4), np.nan)
+    out[:, 0] = v.reshape(-1) if v.ndim == 1 else v[:, 0]
+    return out

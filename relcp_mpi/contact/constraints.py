@@ -65,17 +65,28 @@ class ConstraintTable:
         return k
 
 
-def match_keys(keys, table_keys, table_values, default=0.0):
-    """Vectorised lookup of structured ``keys`` in (table_keys, table_values); missing -> default."""
-    out = np.full(len(keys), default, dtype=float)
-    if len(keys) == 0 or len(table_keys) == 0:
+def lookup_keys(keys, table_keys):
+    """Vectorised position of each structured key of ``keys`` in ``table_keys``; -1 where absent.  Shape (m,)."""
+    out = np.full(len(keys), -1, dtype=np.int64)
+    if len(keys) == 0 or table_keys is None or len(table_keys) == 0:
         return out
     order = np.argsort(table_keys, kind="stable")
     sk = table_keys[order]
-    pos = np.searchsorted(sk, keys)
-    pos_c = np.minimum(pos, len(sk) - 1)
-    hit = sk[pos_c] == keys
-    out[hit] = np.asarray(table_values)[order][pos_c[hit]]
+    pos = np.minimum(np.searchsorted(sk, keys), len(sk) - 1)
+    hit = sk[pos] == keys
+    out[hit] = order[pos[hit]]
+    return out
+
+
+def match_keys(keys, table_keys, table_values, default=0.0):
+    """Vectorised lookup of structured ``keys`` in (table_keys, table_values); missing -> default.
+
+    ``table_values`` may be (c,) or (c, k); the result has shape (m,) or (m, k) accordingly."""
+    vals = np.asarray(table_values, dtype=float) if table_values is not None else np.zeros(0)
+    out = np.full((len(keys),) + vals.shape[1:], default, dtype=float)
+    idx = lookup_keys(keys, table_keys)
+    hit = idx >= 0
+    out[hit] = vals[idx[hit]]
     return out
 
 

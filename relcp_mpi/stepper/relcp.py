@@ -23,8 +23,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from relcp_mpi.contact.constraints import ConstraintTable, assemble_D, match_keys
+from relcp_mpi.bodies.shapes import ELLIPSOID
 from relcp_mpi.contact.neighbors import candidate_pairs, wall_candidates
 from relcp_mpi.geometry.contact import pair_snsd, wall_snsd
+from relcp_mpi.geometry.support import separation_lower_bound
 from relcp_mpi.petsc import get_petsc
 from relcp_mpi.solver.lcp import solve_lcp
 from relcp_mpi.solver.operator import ContactOperator
@@ -68,8 +70,9 @@ class StepInput:
     wall_points: np.ndarray  # (W, 3)
     wall_normals: np.ndarray  # (W, 3)
     refresh: object          # callable(x_owned, q_owned) -> (x_ghost, q_ghost), collective
-    warm_keys: np.ndarray = None
-    warm_values: np.ndarray = None
+    warm_keys: np.ndarray = None     # (c_prev,) structured (gid_i, gid_j, sub) keys of the previous step's rows
+    warm_values: np.ndarray = None   # (c_prev,) multipliers, or (c_prev, 4): multiplier and a geometry hint
+                                     # (the pair's latest normal, NaN if none) used to warm-start level 0
 
 
 @dataclass
@@ -81,6 +84,13 @@ class StepResult:
     table: ConstraintTable
     gamma: np.ndarray        # (c,) local multipliers [F]
     diagnostics: dict = field(default_factory=dict)
+    hint: np.ndarray = None  # (c,) x 3: each row's pair normal at the committed configuration when it was
+                             # evaluated there (else the row's own normal); the next step's geometry hint
+
+    def warm_table(self):
+        """(keys (c,), values (c, 4)) for the next step: multiplier and geometry hint per row."""
+        h = self.hint if self.hint is not None else self.table.normal
+        return self.table.keys(), np.column_stack([self.gamma, h]) if len(self.gamma) else np.zeros((0, 4))
 
 
 class StepSolver:
@@ -104,9 +114,63 @@ def _global_sum(comm, a):
     return comm.allreduce(a)
 
 
-def _pair_geometry(inp, X, Q, ia, ib, tol):
+def _pair_geometry(inp, X, Q, ia, ib, tol, hint=None):
     return pair_snsd(inp.kind[ia], inp.shape[ia], X[ia], Q[ia], inp.kind[ib], inp.shape[ib], X[ib], Q[ib],
-                     tol=tol, check=True)
+                     tol=tol, check=True, hint=hint)
+
+
+class _HintCache:
+    """Latest normal of every body pair evaluated during a step, keyed by local indices (ia, ib).
+
+    Geometry hints only speed up the iterative (ellipsoid-ellipsoid) kernel; the kernel certifies its answer
+    either way, so a hint never changes the meaning of a result."""
+
+    def __init__(self, base):
+        self.base = max(int(base), 1)
+        self.keys = np.zeros(0, np.int64)
+        self.normals = np.zeros((0, 3))
+
+    def get(self, ia, ib):
+        """(m, 3) latest normals of pairs (ia, ib), NaN rows for pairs never evaluated this step."""
+        out = np.full((len(ia), 3), np.nan)
+        if len(ia) and len(self.keys):
+            k = ia.astype(np.int64) * self.base + ib
+            pos = np.minimum(np.searchsorted(self.keys, k), len(self.keys) - 1)
+            hit = self.keys[pos] == k
+            out[hit] = self.normals[pos[hit]]
+        return out
+
+    def update(self, ia, ib, normals):
+        if len(ia) == 0:
+            return
+        k = np.concatenate([ia.astype(np.int64) * self.base + ib, self.keys])
+        nn = np.concatenate([normals, self.normals])
+        u, first = np.unique(k, return_index=True)      # new values first: they win
+        self.keys, self.normals = u, nn[first]
+
+
+def _screen(inp, X, Q, ia, ib, hint, threshold):
+    """Mask of the pairs that may be closer than ``threshold`` (certified support-function lower bound)."""
+    if len(ia) == 0:
+        return np.zeros(0, bool)
+    lb = separation_lower_bound(inp.kind[ia], inp.shape[ia], X[ia], Q[ia], inp.kind[ib], inp.shape[ib], X[ib],
+                                Q[ib], hint=hint)
+    return lb <= threshold
+
+
+def _any_ellipsoid_pair(inp, ia, ib):
+    return bool(np.any((inp.kind[ia] == ELLIPSOID) & (inp.kind[ib] == ELLIPSOID)))
+
+
+def _level0_hint(inp, ia, ib):
+    """Geometry hints for the level-0 pairs from the warm-start table (rows with sub = 0), or None."""
+    wv = inp.warm_values
+    if inp.warm_keys is None or wv is None or np.ndim(wv) != 2 or len(ia) == 0 or \
+            not _any_ellipsoid_pair(inp, ia, ib):
+        return None
+    keys = np.empty(len(ia), dtype=inp.warm_keys.dtype)
+    keys["a"], keys["b"], keys["k"] = inp.gid[ia], inp.gid[ib], 0
+    return match_keys(keys, inp.warm_keys, np.asarray(wv)[:, 1:4], default=np.nan)
 
 
 def _wall_geometry(inp, X, Q, wb, ww):
@@ -175,11 +239,17 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
     with T.stage("neighbors"):
         ia, ib, wb, ww = _candidates(inp, X0, prm.skin)
     table = ConstraintTable()
+    cache = _HintCache(len(inp.gid))
     with T.stage("geometry"):
         if prm.model == "multisphere":
             _multisphere_level0(inp, prm, X0, Q0, ia, ib, wb, ww, table)
         else:
-            geo = _pair_geometry(inp, X0, Q0, ia, ib, prm.geometry_tol)
+            # pairs certified farther apart than the skin (support-function bound) need no kernel and no row
+            hint0 = _level0_hint(inp, ia, ib)
+            close = _screen(inp, X0, Q0, ia, ib, hint0, prm.skin)
+            ia, ib = ia[close], ib[close]
+            geo = _pair_geometry(inp, X0, Q0, ia, ib, prm.geometry_tol, hint=None if hint0 is None else hint0[close])
+            cache.update(ia, ib, geo.normal)
             wgeo = _wall_geometry(inp, X0, Q0, wb, ww)
             # rows only for pairs whose smooth surfaces are within the skin (bounding-sphere candidates that are
             # farther apart cannot touch within the step; the trial check would catch them if they did)
@@ -193,8 +263,11 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
     cand_pairs = np.stack([ia, ib], axis=1)
     cand_walls = np.stack([wb, ww], axis=1)
 
-    gamma = match_keys(table.keys(), inp.warm_keys, inp.warm_values) if inp.warm_keys is not None \
-        else np.zeros(len(table))
+    if inp.warm_keys is not None and inp.warm_values is not None:
+        wv = np.asarray(inp.warm_values, dtype=float)
+        gamma = match_keys(table.keys(), inp.warm_keys, wv[:, 0] if wv.ndim == 2 else wv)
+    else:
+        gamma = np.zeros(len(table))
     depth = 0
     iters_total = 0
     history = []
@@ -267,7 +340,14 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
             lbw = np.einsum("ij,ij->i", Xt[cw[:, 0]] - inp.wall_points[cw[:, 1]], inp.wall_normals[cw[:, 1]]) \
                 - inp.bound[cw[:, 0]]
             cw = cw[lbw < 0]
-        tgeo = _pair_geometry(inp, Xt, Qt, pa, pb, prm.geometry_tol)
+        hint = cache.get(pa, pb)
+        # pairs certified non-overlapping by a support-function bound cannot need a row (nor raise the overlap)
+        maybe = _screen(inp, Xt, Qt, pa, pb, hint, 0.0)
+        pa, pb, hint = pa[maybe], pb[maybe], hint[maybe]
+        if not _any_ellipsoid_pair(inp, pa, pb):
+            hint = None
+        tgeo = _pair_geometry(inp, Xt, Qt, pa, pb, prm.geometry_tol, hint=hint)
+        cache.update(pa, pb, tgeo.normal)
         twgeo = _wall_geometry(inp, Xt, Qt, cw[:, 0], cw[:, 1])
         min_sep_local = min(tgeo.sep.min(initial=np.inf), twgeo.sep.min(initial=np.inf))
         bad_p = tgeo.sep < -prm.overlap_tol
@@ -298,7 +378,17 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
     diag = dict(constraints=int(n_global), active=int(n_active), depth=int(depth), iterations=int(iters_total),
                 max_overlap=float(max(0.0, -min_sep)) if np.isfinite(min_sep) else 0.0,
                 residual=float(max(history) if history else 0.0))
-    return StepResult(x=xt, q=qt, U=U_trial, F=F, table=table, gamma=gamma, diagnostics=diag)
+    # next step's geometry hints: the latest normal of each row's pair (evaluated at the committed
+    # configuration when the pair was in the last trial check); walls and sub-rows keep their own normal
+    hint = table.normal.copy()
+    body = table.ib >= 0
+    if np.any(body):
+        h = cache.get(table.ia[body], table.ib[body])
+        ok = np.all(np.isfinite(h), axis=1)
+        hb = hint[body]
+        hb[ok] = h[ok]
+        hint[body] = hb
+    return StepResult(x=xt, q=qt, U=U_trial, F=F, table=table, gamma=gamma, diagnostics=diag, hint=hint)
 
 
 def _multisphere_level0(inp, prm, X, Q, ia, ib, wb, ww, table):
