@@ -54,17 +54,12 @@ def body_frame_drag(kind, shape, mu):
 
     m = kind == ELLIPSOID
     if m.any():
-        a2 = shape[m] ** 2
-        chi = 2 * elliprf(a2[:, 0], a2[:, 1], a2[:, 2])
-        alpha = np.stack([
-            (2.0 / 3.0) * elliprd(a2[:, 1], a2[:, 2], a2[:, 0]),
-            (2.0 / 3.0) * elliprd(a2[:, 2], a2[:, 0], a2[:, 1]),
-            (2.0 / 3.0) * elliprd(a2[:, 0], a2[:, 1], a2[:, 2]),
-        ], axis=1)
-        zt[m] = 16 * np.pi * mu / (chi[:, None] + a2 * alpha)
-        for i in range(3):   # three fixed axes, vectorised over bodies
-            j, k = (i + 1) % 3, (i + 2) % 3
-            zr[m, i] = 16 * np.pi * mu * (a2[:, j] + a2[:, k]) / (3 * (a2[:, j] * alpha[:, j] + a2[:, k] * alpha[:, k]))
+        # Carlson integrals once per distinct semi-axis triple (suspensions have one or a few)
+        uniq, inv = np.unique(shape[m], axis=0, return_inverse=True)
+        zt_u, zr_u = _ellipsoid_drag(uniq, mu)
+        inv = inv.reshape(-1)
+        zt[m] = zt_u[inv]
+        zr[m] = zr_u[inv]
     m = kind == RING
     if m.any():
         Rc, r = shape[m, 0], shape[m, 1]
@@ -76,6 +71,23 @@ def body_frame_drag(kind, shape, mu):
     return zt, zr
 
 
+def _ellipsoid_drag(axes, mu):
+    """Perrin drag coefficients of ellipsoids with semi-axes ``axes`` (k, 3): (zeta_t (k, 3), zeta_r (k, 3))."""
+    a2 = axes ** 2
+    chi = 2 * elliprf(a2[:, 0], a2[:, 1], a2[:, 2])
+    alpha = np.stack([
+        (2.0 / 3.0) * elliprd(a2[:, 1], a2[:, 2], a2[:, 0]),
+        (2.0 / 3.0) * elliprd(a2[:, 2], a2[:, 0], a2[:, 1]),
+        (2.0 / 3.0) * elliprd(a2[:, 0], a2[:, 1], a2[:, 2]),
+    ], axis=1)
+    zt = 16 * np.pi * mu / (chi[:, None] + a2 * alpha)
+    zr = np.empty_like(zt)
+    for i in range(3):   # three fixed axes, vectorised over bodies
+        j, k = (i + 1) % 3, (i + 2) % 3
+        zr[:, i] = 16 * np.pi * mu * (a2[:, j] + a2[:, k]) / (3 * (a2[:, j] * alpha[:, j] + a2[:, k] * alpha[:, k]))
+    return zt, zr
+
+
 def mobility_blocks(kind, shape, q, mu, fixed=None):
     """Lab-frame 6x6 mobility blocks, shape (n, 6, 6) [translation L/(F T), rotation 1/(F L T)].
 
@@ -84,8 +96,9 @@ def mobility_blocks(kind, shape, q, mu, fixed=None):
     R = quat.to_matrix(q)
     n = len(zt)
     M = np.zeros((n, 6, 6))
-    M[:, :3, :3] = np.einsum("nij,nj,nkj->nik", R, 1.0 / zt, R)
-    M[:, 3:, 3:] = np.einsum("nij,nj,nkj->nik", R, 1.0 / zr, R)
+    Rt = R.transpose(0, 2, 1)
+    M[:, :3, :3] = (R / zt[:, None, :]) @ Rt
+    M[:, 3:, 3:] = (R / zr[:, None, :]) @ Rt
     if fixed is not None:
         M[np.asarray(fixed, bool)] = 0.0
     return M

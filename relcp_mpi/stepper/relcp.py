@@ -245,10 +245,14 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
             _multisphere_level0(inp, prm, X0, Q0, ia, ib, wb, ww, table)
         else:
             # pairs certified farther apart than the skin (support-function bound) need no kernel and no row
-            hint0 = _level0_hint(inp, ia, ib)
-            close = _screen(inp, X0, Q0, ia, ib, hint0, prm.skin)
+            # (line of centres first; then the previous normals, looked up only for the survivors)
+            close = _screen(inp, X0, Q0, ia, ib, None, prm.skin)
             ia, ib = ia[close], ib[close]
-            geo = _pair_geometry(inp, X0, Q0, ia, ib, prm.geometry_tol, hint=None if hint0 is None else hint0[close])
+            hint0 = _level0_hint(inp, ia, ib)
+            if hint0 is not None:
+                close = _screen(inp, X0, Q0, ia, ib, hint0, prm.skin)
+                ia, ib, hint0 = ia[close], ib[close], hint0[close]
+            geo = _pair_geometry(inp, X0, Q0, ia, ib, prm.geometry_tol, hint=hint0)
             cache.update(ia, ib, geo.normal)
             wgeo = _wall_geometry(inp, X0, Q0, wb, ww)
             # rows only for pairs whose smooth surfaces are within the skin (bounding-sphere candidates that are
@@ -327,7 +331,12 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
         Xt = np.concatenate([xt, xg]) if len(xg) else xt
         Qt = np.concatenate([qt, qg]) if len(qg) else qt
         # ---- smooth-surface check at the trial configuration ------------------------------------------
-        if prm.recheck_neighbors:
+        # surface points of a body move by at most dt (|v| + |omega| r_bound) in the step; if no two bodies can
+        # close a gap of the skin together, no pair outside the candidate set can overlap at the trial
+        # configuration and the neighbour search need not be repeated (one scalar allreduce)
+        reach = dt * (np.linalg.norm(U_trial[:, :3], axis=1) + np.linalg.norm(U_trial[:, 3:], axis=1) * inp.bound[:n])
+        max_reach = comm.allreduce(float(reach.max(initial=0.0)), op=_MPI().MAX)
+        if prm.recheck_neighbors and 2.0 * max_reach > prm.skin:
             na, nb, nwb, nww = _candidates(inp, Xt, prm.skin)
             cand_pairs = _union_pairs(cand_pairs, na, nb, len(inp.gid))
             cand_walls = _union_pairs(cand_walls, nwb, nww, max(len(inp.wall_points), 1))
