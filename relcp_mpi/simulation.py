@@ -412,10 +412,7 @@ class Simulation:
         if rs is not None and len(rs) == self.comm.size + 1:
             meta["row_starts"] = np.asarray(rs, dtype=np.int64)
         if isinstance(self.decomp, pdecomp.RCBDecomposition):
-            d = self.decomp
-            meta["rcb"] = {"size": int(d.size), "bins": int(d.bins), "rounds": int(d.rounds),
-                           "axis": d.node_axis, "cut": d.node_cut, "left": d.node_left, "right": d.node_right,
-                           "rank": d.node_rank, "lo": d._lo, "hi": d._hi}
+            meta["rcb"] = self.decomp.to_dict()
         path = checkpoint_path(self.checkpoint_prefix, self.step)
         return write_checkpoint(path, self.comm, self.bodies, meta, warm,
                                 keep=self.deck["output"]["keep_checkpoints"])
@@ -467,9 +464,6 @@ class Simulation:
         m = dict(meta)
         if m.get("deck") is not None:
             m["deck"] = _normalised_deck(m["deck"])
-            # the stored deck's body list is compared entry by entry; the body count of the checkpoint is
-            # not the deck's when cells divide, so check_compatible's count check must not run
-            m.pop("n_bodies", None)
         check_compatible(m, deck, path=f"checkpoint {path}")
         keys = None
         vals = None
@@ -486,15 +480,10 @@ class Simulation:
         if same_ranks and isinstance(sim.decomp, pdecomp.RCBDecomposition) and isinstance(rcb, dict) and \
                 int(rcb.get("size", -1)) == comm.size:
             # partition exactly as the interrupted run did (its tree may also come from a rebalance)
-            d = pdecomp.RCBDecomposition.__new__(pdecomp.RCBDecomposition)
-            pdecomp.Decomposition.__init__(d, sim.box, comm)
-            d.bins, d.rounds = int(rcb["bins"]), int(rcb["rounds"])
-            for attr, key, dt in (("node_axis", "axis", np.int64), ("node_cut", "cut", np.float64),
-                                  ("node_left", "left", np.int64), ("node_right", "right", np.int64),
-                                  ("node_rank", "rank", np.int64)):
-                setattr(d, attr, np.array(rcb[key], dtype=dt))
-            d._lo = np.array(rcb["lo"], dtype=np.float64).reshape(comm.size, 3)
-            d._hi = np.array(rcb["hi"], dtype=np.float64).reshape(comm.size, 3)
+            try:
+                d = pdecomp.RCBDecomposition.from_dict(sim.box, comm, rcb)
+            except ValueError as exc:
+                raise CheckpointError(f"checkpoint {path}: stored RCB decomposition: {exc}") from None
             sim.decomp = d
             sim.bodies = migrate(sim.bodies, d, comm)
         rs = meta.get("row_starts")

@@ -1,7 +1,15 @@
-"""Test helpers: build decks in code and run short simulations."""
+"""Test helpers: build decks in code and run short simulations; run the ``relcp-mpi`` command in a
+subprocess (as a 1-rank job or under ``mpirun``) with a clean environment."""
 import copy
+import os
+import shutil
+import subprocess
+import sys
+import time
 
 import numpy as np
+import pytest
+import yaml
 from mpi4py import MPI
 
 from relcp_mpi.config.deck import validate
@@ -44,3 +52,65 @@ def gather_by_gid(sim, field="x"):
     val = np.concatenate([p[1] for p in parts])
     order = np.argsort(gid)
     return gid[order], val[order]
+
+
+# ------------------------------------------------------------------------------------------------
+# subprocess helpers (tests/test_cli.py, tests/test_restart.py)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# True when this pytest process was itself started by an MPI launcher (then it must not launch mpirun)
+UNDER_LAUNCHER = any(k in os.environ for k in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"))
+
+
+def clean_env():
+    """The environment for a child ``python -m relcp_mpi`` / ``mpirun``: this process's environment without
+    the OMPI_* / PMIX_* / PRTE_* variables of an enclosing MPI job (except the run-as-root / oversubscribe
+    settings, which are forced on), the project on PYTHONPATH, one OpenMP thread and h5py's MPI mode."""
+    keep = {"OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "OMPI_MCA_rmaps_base_oversubscribe"}
+    env = {k: v for k, v in os.environ.items()
+           if k in keep or not (k.startswith("OMPI_") or k.startswith("PMIX_") or k.startswith("PRTE_"))}
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1", PYTHONPATH=ROOT, OMP_NUM_THREADS="1",
+               H5PY_ALWAYS_USE_MPI="1")
+    return env
+
+
+def mpirun_path():
+    """Path of ``mpirun``; skips the calling test if there is none."""
+    m = shutil.which("mpirun")
+    if m is None:
+        pytest.skip("mpirun not found")
+    return m
+
+
+def run_cli(args, n=None, timeout=60, cwd=None):
+    """``python -m relcp_mpi ARGS`` as a singleton MPI process (n=None) or under ``mpirun -n n``, in ``cwd``
+    (default: the project root) with :func:`clean_env`.  Returns (CompletedProcess, seconds); a run longer
+    than ``timeout`` seconds fails the test as a hang."""
+    args = [str(a) for a in args]
+    cmd = ([] if n is None else [mpirun_path(), "-n", str(n)]) + [sys.executable, "-m", "relcp_mpi"] + args
+    t0 = time.monotonic()
+    try:
+        r = subprocess.run(cmd, env=clean_env(), cwd=cwd or ROOT, capture_output=True, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"relcp-mpi {' '.join(args)} on {n or 1} rank(s) hung (> {timeout} s): "
+                    f"{e.stdout!r} {e.stderr!r}")
+    return r, time.monotonic() - t0
+
+
+def write_deck(path, text_or_raw):
+    """Write a deck file: YAML text as is, a mapping through ``yaml.safe_dump``.  Returns ``str(path)``."""
+    with open(path, "w") as fh:
+        fh.write(text_or_raw if isinstance(text_or_raw, str) else yaml.safe_dump(text_or_raw))
+    return str(path)
+
+
+def snapshot(directory):
+    """{relative path: (bytes, mtime_ns)} of every file in a directory tree (to check nothing was touched)."""
+    out = {}
+    for dp, _, files in os.walk(directory):
+        for f in files:
+            p = os.path.join(dp, f)
+            with open(p, "rb") as fh:
+                out[os.path.relpath(p, directory)] = (fh.read(), os.stat(p).st_mtime_ns)
+    return out

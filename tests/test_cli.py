@@ -5,55 +5,17 @@ Serial only (the tests launch ``python -m relcp_mpi`` themselves, as a 1-rank jo
     .venv/bin/python -m pytest tests/test_cli.py -q
 """
 import os
-import shutil
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
 import yaml
 from mpi4py import MPI
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-UNDER_LAUNCHER = any(k in os.environ for k in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"))
+from tests.helpers import ROOT, UNDER_LAUNCHER, run_cli, snapshot, write_deck
+
 pytestmark = pytest.mark.skipif(MPI.COMM_WORLD.size > 1 or UNDER_LAUNCHER,
                                 reason="serial test (launches relcp-mpi / mpirun itself); run without mpirun")
 TIME_LIMIT = 30.0
-
-
-def _clean_env():
-    keep = {"OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "OMPI_MCA_rmaps_base_oversubscribe"}
-    env = {k: v for k, v in os.environ.items()
-           if k in keep or not (k.startswith("OMPI_") or k.startswith("PMIX_") or k.startswith("PRTE_"))}
-    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1", PYTHONPATH=ROOT, OMP_NUM_THREADS="1",
-               H5PY_ALWAYS_USE_MPI="1")
-    return env
-
-
-def cli(args, n=None, timeout=60):
-    """``python -m relcp_mpi ARGS`` as a 1-rank job (n=None) or under ``mpirun -n n``.
-    Returns (CompletedProcess, seconds)."""
-    cmd = [sys.executable, "-m", "relcp_mpi"] + [str(a) for a in args]
-    if n is not None:
-        mpirun = shutil.which("mpirun")
-        if mpirun is None:
-            pytest.skip("mpirun not found")
-        cmd = [mpirun, "-n", str(n)] + cmd
-    t0 = time.monotonic()
-    try:
-        r = subprocess.run(cmd, env=_clean_env(), cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"relcp-mpi {' '.join(map(str, args))} on {n or 1} rank(s) hung (> {timeout} s): "
-                    f"{e.stdout!r} {e.stderr!r}")
-    return r, time.monotonic() - t0
-
-
-def write(path, text_or_raw):
-    with open(path, "w") as fh:
-        fh.write(text_or_raw if isinstance(text_or_raw, str) else yaml.safe_dump(text_or_raw))
-    return str(path)
 
 
 def small_raw(out, steps=2, checkpoint_every=1, name="duo"):
@@ -68,16 +30,6 @@ def small_raw(out, steps=2, checkpoint_every=1, name="duo"):
             "solver": {"tol": 1e-5},
             "output": {"directory": str(out), "trajectory_every": 1, "checkpoint_every": checkpoint_every,
                        "keep_checkpoints": 5, "progress_every": 0}}
-
-
-def snapshot(directory):
-    out = {}
-    for dp, _, files in os.walk(directory):
-        for f in files:
-            p = os.path.join(dp, f)
-            with open(p, "rb") as fh:
-                out[os.path.relpath(p, directory)] = (fh.read(), os.stat(p).st_mtime_ns)
-    return out
 
 
 # ------------------------------------------------------------------------------------------------
@@ -107,9 +59,9 @@ BAD_DECKS = {
 @pytest.mark.parametrize("case", sorted(BAD_DECKS))
 def test_bad_deck_exit_2_one_message(tmp_path, case, n):
     text, problem = BAD_DECKS[case]
-    deck = write(tmp_path / f"{case}.yaml", text)
+    deck = write_deck(tmp_path / f"{case}.yaml", text)
     out = tmp_path / "out"
-    r, dt = cli(["run", deck, "--output", out], n=None if n == 1 else n, timeout=2 * TIME_LIMIT)
+    r, dt = run_cli(["run", deck, "--output", out], n=None if n == 1 else n, timeout=2 * TIME_LIMIT)
     both = r.stdout + r.stderr
     assert r.returncode == 2, both
     assert dt < TIME_LIMIT
@@ -121,23 +73,51 @@ def test_bad_deck_exit_2_one_message(tmp_path, case, n):
     assert not out.exists()                                         # nothing written
 
 
+SMALL_PERIODIC_BOX = BASE + """box: {lo: [-2, -2, -2], hi: [2, 2, 2], periodic: [true, true, true]}
+contact: {skin: 0.5}
+bodies:
+  - {shape: sphere, radius: 0.5, position: [0, 0, 0]}
+  - {shape: sphere, radius: 0.5, position: [1.2, 1.2, 1.2]}
+"""
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_periodic_box_too_small_for_ghost_width_exit_2(tmp_path, n):
+    """Ghost width 2 r_max + 2 skin = 2 is not < L/2 = 2: a deck error found when the decomposition is
+    checked (after the schema), reported once on rank 0, exit 2 on every rank, nothing written."""
+    deck = write_deck(tmp_path / "tiny.yaml", SMALL_PERIODIC_BOX)
+    out = tmp_path / "out"
+    r, dt = run_cli(["run", deck, "--output", out], n=None if n == 1 else n, timeout=2 * TIME_LIMIT)
+    both = r.stdout + r.stderr
+    assert r.returncode == 2, both
+    assert dt < TIME_LIMIT
+    errors = [ln for ln in both.splitlines() if ln.startswith("relcp-mpi: error:")]
+    assert len(errors) == 1 and deck in errors[0], both
+    problem = "box: ghost width 2 (2 x largest bounding radius + 2 x contact.skin) is too large for periodic axis x"
+    assert both.count(problem) == 1, both
+    for s in ("of length 4", "< L/2 = 2", "enlarge the box along x", "reduce contact.skin"):
+        assert s in both, both
+    assert "Traceback" not in both
+    assert not out.exists()
+
+
 def test_missing_deck_file(tmp_path):
-    r, _ = cli(["run", tmp_path / "nope.yaml"])
+    r, _ = run_cli(["run", tmp_path / "nope.yaml"])
     assert r.returncode == 2
     assert "nope.yaml" in r.stderr and "cannot read deck file" in r.stderr
 
 
 def test_validate(tmp_path):
-    good = write(tmp_path / "good.yaml", small_raw(tmp_path / "out"))
-    r, _ = cli(["validate", good])
+    good = write_deck(tmp_path / "good.yaml", small_raw(tmp_path / "out"))
+    r, _ = run_cli(["validate", good])
     assert r.returncode == 0, r.stderr
     norm = yaml.safe_load(r.stdout)
     assert norm["name"] == "duo" and norm["contact"]["max_depth"] == 50      # defaults filled in
     assert "# OK: 2 bodies, 2 steps" in r.stdout
-    bad = write(tmp_path / "bad.yaml", BAD_DECKS["overlapping-bodies"][0])
-    r, _ = cli(["validate", bad])
+    bad = write_deck(tmp_path / "bad.yaml", BAD_DECKS["overlapping-bodies"][0])
+    r, _ = run_cli(["validate", bad])
     assert r.returncode == 2 and "bodies 0 and 1 overlap" in r.stderr and r.stdout == ""
-    r, _ = cli(["validate", write(tmp_path / "u.yaml", BAD_DECKS["unknown-key"][0])])
+    r, _ = run_cli(["validate", write_deck(tmp_path / "u.yaml", BAD_DECKS["unknown-key"][0])])
     assert r.returncode == 2 and "contact.overlap_tolerance: unknown key" in r.stderr
 
 
@@ -146,8 +126,8 @@ def finished_run(tmp_path_factory):
     """A 2-step run on 2 ranks with checkpoints at steps 1 and 2."""
     tmp = tmp_path_factory.mktemp("cli_run")
     out = tmp / "out"
-    deck = write(tmp / "duo.yaml", small_raw(out))
-    r, _ = cli(["run", deck], n=2)
+    deck = write_deck(tmp / "duo.yaml", small_raw(out))
+    r, _ = run_cli(["run", deck], n=2)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "duo on 2 rank(s), 2 bodies, 2 steps" in r.stdout
     return tmp, deck, out
@@ -156,20 +136,20 @@ def finished_run(tmp_path_factory):
 def test_info_checkpoint_trajectory_and_damaged(finished_run, tmp_path):
     _, _, out = finished_run
     ck = out / "duo_ckpt_000000002.h5"
-    r, _ = cli(["info", ck])
+    r, _ = run_cli(["info", ck])
     assert r.returncode == 0, r.stderr
     for s in ("relcp_mpi checkpoint", "step        : 2", "bodies      : 2 {'ellipsoid': 2}",
               "checksum    : OK", "on 2 ranks", "name=duo"):
         assert s in r.stdout, r.stdout
-    r, _ = cli(["info", out / "duo.h5"])
+    r, _ = run_cli(["info", out / "duo.h5"])
     assert r.returncode == 0, r.stderr
     assert "relcp_mpi trajectory" in r.stdout and "frames      : 3" in r.stdout and "steps       : 0 .. 2" in r.stdout
     bad = tmp_path / "bad.h5"
     data = ck.read_bytes()
     bad.write_bytes(data[: len(data) // 2])
-    r, _ = cli(["info", bad])
+    r, _ = run_cli(["info", bad])
     assert r.returncode == 2 and "bad.h5" in r.stderr
-    r, _ = cli(["info", tmp_path / "missing.h5"])
+    r, _ = run_cli(["info", tmp_path / "missing.h5"])
     assert r.returncode == 2 and "missing.h5: file does not exist" in r.stderr
 
 
@@ -179,7 +159,7 @@ def test_convert_checkpoint_to_trajectory(finished_run, tmp_path):
     _, _, out = finished_run
     ck = str(out / "duo_ckpt_000000002.h5")
     dst = tmp_path / "view.h5"
-    r, _ = cli(["convert", ck, dst])
+    r, _ = run_cli(["convert", ck, dst])
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "view.xdmf").exists() and "view.xdmf" in r.stdout
     assert [(s, n) for _, s, _, n in list_frames(str(dst))] == [(2, 2)]
@@ -190,27 +170,27 @@ def test_convert_checkpoint_to_trajectory(finished_run, tmp_path):
     assert np.array_equal(fr["q"], bodies.q)
     # never overwrites silently; a damaged checkpoint is an input error
     before = snapshot(str(tmp_path))
-    r, _ = cli(["convert", ck, dst])
+    r, _ = run_cli(["convert", ck, dst])
     assert r.returncode == 2 and "view.h5: file exists (use --overwrite" in r.stderr
     assert snapshot(str(tmp_path)) == before
-    r, _ = cli(["convert", ck, dst, "--overwrite"], n=2)
+    r, _ = run_cli(["convert", ck, dst, "--overwrite"], n=2)
     assert r.returncode == 0, r.stderr
     assert np.array_equal(read_frame(str(dst))["x"], bodies.x)
     bad = tmp_path / "bad_ckpt.h5"
     data = open(ck, "rb").read()
     bad.write_bytes(data[: len(data) // 2])
-    r, _ = cli(["convert", bad, tmp_path / "x.h5"])
+    r, _ = run_cli(["convert", bad, tmp_path / "x.h5"])
     assert r.returncode == 2 and "bad_ckpt.h5" in r.stderr and not (tmp_path / "x.h5").exists()
 
 
 def test_fresh_run_refuses_to_overwrite_earlier_output(tmp_path):
     out = tmp_path / "out"
-    deck = write(tmp_path / "duo.yaml", small_raw(out))
-    r, _ = cli(["run", deck])
+    deck = write_deck(tmp_path / "duo.yaml", small_raw(out))
+    r, _ = run_cli(["run", deck])
     assert r.returncode == 0, r.stderr
     assert sorted(os.listdir(out)) == ["duo.h5", "duo.xdmf", "duo_ckpt_000000001.h5", "duo_ckpt_000000002.h5"]
     before = snapshot(str(out))
-    r, _ = cli(["run", deck, "--steps", "1"])
+    r, _ = run_cli(["run", deck, "--steps", "1"])
     assert r.returncode == 2
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("relcp-mpi: error:")]
     assert len(errors) == 1
@@ -218,17 +198,17 @@ def test_fresh_run_refuses_to_overwrite_earlier_output(tmp_path):
     assert snapshot(str(out)) == before                              # nothing touched
     # only the checkpoints left: still refused
     os.remove(out / "duo.h5")
-    r, _ = cli(["run", deck, "--steps", "1"])
+    r, _ = run_cli(["run", deck, "--steps", "1"])
     assert r.returncode == 2 and "duo_ckpt_000000001.h5" in r.stderr
     # --overwrite: the earlier output is replaced, stale checkpoints of the old run are removed
-    r, _ = cli(["run", deck, "--steps", "1", "--overwrite"])
+    r, _ = run_cli(["run", deck, "--steps", "1", "--overwrite"])
     assert r.returncode == 0, r.stderr
     assert sorted(os.listdir(out)) == ["duo.h5", "duo.xdmf", "duo_ckpt_000000001.h5"]
     # a bad deck with --overwrite deletes nothing
     before = snapshot(str(out))
     raw = small_raw(out)
     raw["bodies"][1]["position"] = [0.5, 0.0, 0.0]                   # overlaps body 0
-    r, _ = cli(["run", write(tmp_path / "overlap.yaml", raw), "--overwrite"])
+    r, _ = run_cli(["run", write_deck(tmp_path / "overlap.yaml", raw), "--overwrite"])
     assert r.returncode == 2 and "bodies 0 and 1 overlap" in r.stderr
     assert snapshot(str(out)) == before
 

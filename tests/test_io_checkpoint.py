@@ -412,3 +412,40 @@ def test_check_compatible():
         check_compatible(meta, dict(deck, generate=[{"kind": "lattice"}]))
     with pytest.raises(CheckpointError, match="no deck"):
         check_compatible({}, deck)
+
+
+@serial_only
+def test_check_compatible_body_count_unless_cells_divide():
+    """The checkpoint's body count is compared with the deck's explicit body list, except when the deck lets
+    cells divide (divide_at > 0): then the count legitimately differs (the bodies themselves still must not)."""
+    import copy
+
+    import yaml
+
+    from relcp_mpi.config.deck import validate
+    from relcp_mpi.io.checkpoint import deck_has_division
+    rod = {"shape": "spherocylinder", "radius": 0.5, "length": 1.0, "position": [0, 0, 0]}
+    growing = dict(rod, growth_rate=0.1, divide_at=2.5)
+    for raw_bodies, divides in (([rod], False), ([dict(rod, growth_rate=0.1)], False),
+                                ([growing], True), ([rod, dict(growing, position=[5, 0, 0])], True)):
+        raw = {"name": "t", "time": {"dt": 0.1, "steps": 2}, "bodies": raw_bodies}
+        deck = validate(copy.deepcopy(raw))            # normalised (divide_at: 0.0 when not given)
+        assert deck_has_division(deck) is divides and deck_has_division(raw) is divides
+        n = len(raw_bodies)
+        for stored in (yaml.safe_dump(deck), deck):     # the deck as stored text or dict
+            check_compatible({"deck": stored, "n_bodies": n}, deck)                 # same count: always fine
+            meta = {"deck": stored, "n_bodies": n + 3}                              # e.g. after 3 divisions
+            if divides:
+                check_compatible(meta, deck)
+            else:
+                with pytest.raises(CheckpointError, match=f"'bodies' lists {n} bodies, checkpoint holds {n + 3}"):
+                    check_compatible(meta, deck)
+        # the body entries themselves are still compared, division or not
+        other = copy.deepcopy(deck)
+        other["bodies"][0]["radius"] = 0.4
+        with pytest.raises(CheckpointError, match=r"bodies\[0\]\.radius"):
+            check_compatible({"deck": deck, "n_bodies": n + 3}, other)
+    # generators with division and malformed entries
+    assert deck_has_division({"generate": [{"divide_at": 3.0}]})
+    assert not deck_has_division({"bodies": [{"divide_at": 0}, {"divide_at": None}, "x", {"divide_at": True}]})
+    assert not deck_has_division(None) and not deck_has_division({"bodies": None})

@@ -139,3 +139,190 @@ def test_should_rebalance():
     assert not should_rebalance(10, 5, 1.1, 1.2)
     assert not should_rebalance(10, 0, 9.0, 1.2)
     assert not should_rebalance(0, 5, 9.0, 1.2)
+
+
+# ------------------------------------------------------------------------------------------------
+# RCBDecomposition.to_dict / from_dict (checkpoint round trip)
+class _SoloComm:
+    """A stand-in communicator of ``size`` ranks of which only rank 0 exists and holds all bodies: the
+    RCB build (order- and placement-independent) then gives the tree of a real ``size``-rank run, serially."""
+
+    def __init__(self, size):
+        self._size = size
+
+    def Get_rank(self):
+        return 0
+
+    def Get_size(self):
+        return self._size
+
+    def Allreduce(self, send, recv, op=None):
+        if send is not MPI.IN_PLACE:
+            np.copyto(recv, send)
+
+
+def _rcb_fixture(comm_, seed=3):
+    rng = np.random.default_rng(seed)
+    box = Box([0, -1, 2], [6, 3, 5], periodic=[True, False, True])
+    pts = np.concatenate([box.lo + rng.random((400, 3)) * box.lengths,
+                          0.5 + rng.random((600, 3)) * 0.8])                      # clustered part
+    w = 1.0 + 2.0 * rng.random(len(pts))
+    size, rank = comm_.Get_size(), comm_.Get_rank()
+    if isinstance(comm_, _SoloComm):
+        mine = np.ones(len(pts), dtype=bool)
+    else:
+        mine = np.arange(len(pts)) % size == rank
+    d = RCBDecomposition(box, comm_, pts[mine], w[mine], bins=32, rounds=5)
+    return box, d, rng
+
+
+def _check_round_trip(comm_):
+    import json
+    box, d, rng = _rcb_fixture(comm_)
+    dd = d.to_dict()
+    assert set(dd) == {"size", "bins", "rounds", "axis", "cut", "left", "right", "rank", "lo", "hi"}
+    text = json.dumps(dd)                                  # JSON-able (plain Python types)
+    for k in ("axis", "left", "right", "rank"):
+        assert all(type(v) is int for v in dd[k])
+    assert all(type(v) is float for v in dd["cut"])
+    r = RCBDecomposition.from_dict(box, comm_, json.loads(text))
+    assert isinstance(r, RCBDecomposition)
+    assert (r.size, r.rank, r.bins, r.rounds) == (d.size, d.rank, d.bins, d.rounds)
+    for a, b in zip(r.all_bounds, d.all_bounds):
+        np.testing.assert_array_equal(a, b)
+    for k in range(d.size):
+        for a, b in zip(r.bounds(k), d.bounds(k)):
+            np.testing.assert_array_equal(a, b)
+    pts = box.lo - 2.0 + rng.random((5000, 3)) * (box.lengths + 4.0)   # also outside the box (wrap / clip)
+    np.testing.assert_array_equal(r.owner(pts), d.owner(pts))
+    for attr in ("node_axis", "node_cut", "node_left", "node_right", "node_rank"):
+        a, b = getattr(r, attr), getattr(d, attr)
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+    assert r.to_dict() == dd or json.dumps(r.to_dict()) == text     # NaN cuts: compare as JSON text
+    return d, dd
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 8])
+def test_rcb_dict_round_trip_serial(size):
+    d, dd = _check_round_trip(_SoloComm(size))
+    assert len(dd["axis"]) == 2 * size - 1 and np.array(dd["lo"]).shape == (size, 3)
+
+
+@pytest.mark.mpi
+def test_rcb_dict_round_trip_mpi():
+    _check_round_trip(comm)
+
+
+def _bad_dicts(dd):
+    size = dd["size"]
+    yield "not a dict", [1, 2], "expected a dict"
+    yield "missing key", {k: v for k, v in dd.items() if k != "cut"}, r"missing key\(s\) \['cut'\]"
+    yield "size", dict(dd, size=size + 1), f"written for {size + 1} rank"
+    yield "node count", dict(dd, axis=dd["axis"] + [0]), "'axis' has shape"
+    yield "left shorter", dict(dd, left=dd["left"][:-1]), "'left' has shape"
+    yield "lo shape", dict(dd, lo=dd["lo"][:-1]), "'lo' has"
+    yield "hi not numbers", dict(dd, hi=[["a", "b", "c"]] * size), "'hi' is not a list of numbers"
+    yield "bins", dict(dd, bins="many"), "must be integers"
+    yield "rank float", dict(dd, rank=[v + 0.5 for v in dd["rank"]]), "'rank' must hold integers"
+    if size > 1:
+        left = list(dd["left"])
+        left[0] = 0                                              # root is its own child: owner() would loop
+        yield "cycle", dict(dd, left=left), "malformed tree"
+        rank = list(dd["rank"])
+        leaves = [i for i, v in enumerate(rank) if v >= 0]
+        rank[leaves[0]] = rank[leaves[1]]                        # one rank twice, one missing
+        yield "leaf ranks", dict(dd, rank=rank), "each rank 0..size-1 exactly once"
+        axis = list(dd["axis"])
+        axis[0] = 3
+        yield "axis", dict(dd, axis=axis), "axis in 0..2"
+
+
+@pytest.mark.parametrize("size", [1, 4])
+def test_rcb_from_dict_rejects_bad_dicts(size):
+    c = _SoloComm(size)
+    box, d, _ = _rcb_fixture(c)
+    dd = d.to_dict()
+    for name, bad, msg in _bad_dicts(dd):
+        with pytest.raises(ValueError, match=msg):
+            RCBDecomposition.from_dict(box, c, bad)
+    # the dict of another rank count
+    with pytest.raises(ValueError, match=f"written for {size} rank.*communicator has {size + 1}"):
+        RCBDecomposition.from_dict(box, _SoloComm(size + 1), dd)
+
+
+# ------------------------------------------------------------------------------------------------
+# ghost width too large for the box: DeckError, collectively
+def _small_periodic_box():
+    return Box([-2, -2, -2], [2, 2, 2], periodic=[True, True, True])
+
+
+def test_ghost_width_too_large_is_a_deck_error():
+    from relcp_mpi.config.deck import DeckError
+    d = CartesianDecomposition(_small_periodic_box(), comm)
+    assert d.validate_ghost_width(1.999) == 1.999
+    with pytest.raises(DeckError) as ei:
+        d.validate_ghost_width(2.0)
+    msg = str(ei.value)
+    assert len(ei.value.problems) == 1 and ei.value.problems[0].startswith("box: ")
+    for s in ("ghost width 2", "periodic axis x", "length 4", "L/2 = 2", "enlarge the box", "contact.skin"):
+        assert s in msg, msg
+    # an invalid width stays a plain ValueError (programming error, not a deck problem)
+    with pytest.raises(ValueError) as ei:
+        d.validate_ghost_width(-1.0)
+    assert not isinstance(ei.value, DeckError)
+
+
+def test_too_small_periodic_box_deck_gives_deck_error():
+    from relcp_mpi.config.deck import DeckError
+    from relcp_mpi.simulation import Simulation
+    from tests.helpers import make_deck
+    deck = make_deck(box={"lo": [-2, -2, -2], "hi": [2, 2, 2], "periodic": [True, True, True]},
+                     bodies=[{"shape": "sphere", "radius": 0.5, "position": [0, 0, 0]}],
+                     contact={"skin": 0.5})
+    sim = Simulation(deck, "", comm)
+    try:
+        with pytest.raises(DeckError, match="ghost width 2 .*periodic axis x"):
+            sim.check_initial_overlap()
+    finally:
+        sim.solver.free()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_ghost_width_deck_error_on_every_rank():
+    from relcp_mpi.config.deck import DeckError
+    from relcp_mpi.simulation import Simulation
+    from tests.helpers import make_deck
+    d = CartesianDecomposition(_small_periodic_box(), comm)
+
+    def outcome(width):
+        try:
+            d.validate_ghost_width(width)
+        except DeckError as e:
+            return ("DeckError", str(e))
+        except Exception as e:  # noqa: BLE001
+            return (type(e).__name__, str(e))
+        return ("ok", "")
+
+    got = comm.allgather(outcome(2.5))
+    assert got[0][0] == "DeckError" and all(g == got[0] for g in got), got
+    # only the last rank passes a width that is too large: every rank raises, with that rank's message
+    got = comm.allgather(outcome(3.0 if comm.rank == comm.size - 1 else 1.0))
+    assert got[0][0] == "DeckError" and "ghost width 3" in got[0][1] and all(g == got[0] for g in got), got
+    assert comm.allgather(outcome(1.0)) == [("ok", "")] * comm.size
+    # the same through the driver, for a deck whose periodic box is too small
+    deck = make_deck(box={"lo": [-2, -2, -2], "hi": [2, 2, 2], "periodic": [True, True, True]},
+                     bodies=[{"shape": "sphere", "radius": 0.5, "position": [0, 0, 0]},
+                             {"shape": "sphere", "radius": 0.5, "position": [1.2, 1.2, 1.2]}],
+                     contact={"skin": 0.5})
+    sim = Simulation(deck, "", comm)
+    try:
+        try:
+            sim.check_initial_overlap()
+            res = ("ok", "")
+        except DeckError as e:
+            res = ("DeckError", str(e))
+    finally:
+        sim.solver.free()
+    got = comm.allgather(res)
+    assert got[0][0] == "DeckError" and "periodic axis x" in got[0][1] and all(g == got[0] for g in got), got

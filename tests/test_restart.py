@@ -21,11 +21,10 @@ from mpi4py import MPI
 
 from relcp_mpi.config.deck import validate
 from relcp_mpi.io.checkpoint import CheckpointError, checkpoint_path, latest_checkpoint, verify_checkpoint
-from tests.helpers import gather_by_gid
+from tests.helpers import (ROOT, UNDER_LAUNCHER, clean_env, gather_by_gid, mpirun_path, run_cli, snapshot,
+                           write_deck)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORLD = MPI.COMM_WORLD
-UNDER_LAUNCHER = any(k in os.environ for k in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"))
 serial_only = pytest.mark.skipif(WORLD.size > 1 or UNDER_LAUNCHER,
                                  reason="serial test (launches mpirun itself); run without mpirun")
 HANG_TIMEOUT = 120
@@ -287,23 +286,7 @@ def test_signal_flag_on_one_rank_stops_all_ranks_with_checkpoint(shared_dir, han
 
 
 # ------------------------------------------------------------------------------------------------
-# subprocess tests (serial only): the relcp-mpi command under mpirun
-def _clean_env():
-    keep = {"OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "OMPI_MCA_rmaps_base_oversubscribe"}
-    env = {k: v for k, v in os.environ.items()
-           if k in keep or not (k.startswith("OMPI_") or k.startswith("PMIX_") or k.startswith("PRTE_"))}
-    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1", PYTHONPATH=ROOT, OMP_NUM_THREADS="1",
-               H5PY_ALWAYS_USE_MPI="1")
-    return env
-
-
-def _mpirun():
-    m = shutil.which("mpirun")
-    if m is None:
-        pytest.skip("mpirun not found")
-    return m
-
+# subprocess tests (serial only): the relcp-mpi command under mpirun (helpers: tests/helpers.py)
 
 # each rank runs the CLI in-process and records its own exit status and pid
 _WRAPPER = """
@@ -320,36 +303,6 @@ sys.exit(rc)
 """
 
 
-def _write_deck(tmp, raw, fname="deck.yaml"):
-    p = os.path.join(tmp, fname)
-    with open(p, "w") as fh:
-        yaml.safe_dump(raw, fh)
-    return p
-
-
-def _snapshot(directory):
-    """{name: (bytes, mtime_ns)} of every file in a directory tree."""
-    out = {}
-    for dp, _, files in os.walk(directory):
-        for f in files:
-            p = os.path.join(dp, f)
-            with open(p, "rb") as fh:
-                out[os.path.relpath(p, directory)] = (fh.read(), os.stat(p).st_mtime_ns)
-    return out
-
-
-def _cli(args, n=None, timeout=60, cwd=None):
-    """Run ``python -m relcp_mpi ARGS`` as a singleton MPI process (n=None) or under ``mpirun -n n``."""
-    cmd = ([] if n is None else [_mpirun(), "-n", str(n)]) + [sys.executable, "-m", "relcp_mpi"] + list(args)
-    t0 = time.monotonic()
-    try:
-        r = subprocess.run(cmd, env=_clean_env(), cwd=cwd or ROOT, capture_output=True, text=True,
-                           timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"relcp-mpi {' '.join(args)} hung (> {timeout} s): {e.stdout!r} {e.stderr!r}")
-    return r, time.monotonic() - t0
-
-
 @serial_only
 @pytest.mark.parametrize("how", ["usr1-to-mpirun", "term-to-all-ranks", "term-to-one-rank"])
 def test_signal_checkpoint_clean_exit_and_resume(tmp_path, how):
@@ -359,11 +312,11 @@ def test_signal_checkpoint_clean_exit_and_resume(tmp_path, how):
     out.mkdir()
     raw = pile_raw(out, 2000, trajectory_every=1)
     raw["time"]["dt"] = 0.05
-    deck = _write_deck(str(tmp_path), raw)
+    deck = write_deck(tmp_path / "deck.yaml", raw)
     wrapper = tmp_path / "wrap.py"
     wrapper.write_text(_WRAPPER)
-    proc = subprocess.Popen([_mpirun(), "-n", "2", sys.executable, str(wrapper), str(tmp_path), "run", deck],
-                            env=_clean_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([mpirun_path(), "-n", "2", sys.executable, str(wrapper), str(tmp_path), "run", deck],
+                            env=clean_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         traj = out / "pile.h5"          # created by Simulation.run, after the handlers are installed
         t0 = time.monotonic()
@@ -396,7 +349,7 @@ def test_signal_checkpoint_clean_exit_and_resume(tmp_path, how):
     step = verify_checkpoint(ck)["step"]
     assert 1 <= step < 2000
     # resume and finish two steps later
-    r, _ = _cli(["run", deck, "--restart", "latest", "--steps", str(step + 2)], n=2)
+    r, _ = run_cli(["run", deck, "--restart", "latest", "--steps", str(step + 2)], n=2)
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert f"restarting from {ck} at step {step}" in r.stdout
     from relcp_mpi.io.trajectory import list_frames
@@ -406,8 +359,8 @@ def test_signal_checkpoint_clean_exit_and_resume(tmp_path, how):
 def _make_checkpoint(tmp_path, steps=2):
     out = tmp_path / "out"
     raw = pile_raw(out, steps, checkpoint_every=steps, trajectory_every=1)
-    deck = _write_deck(str(tmp_path), raw)
-    r, _ = _cli(["run", deck])
+    deck = write_deck(tmp_path / "deck.yaml", raw)
+    r, _ = run_cli(["run", deck])
     assert r.returncode == 0, (r.stdout, r.stderr)
     return deck, raw, out, checkpoint_path(str(out / "pile_ckpt"), steps)
 
@@ -439,7 +392,7 @@ def test_bad_checkpoints_rejected_exit_2_nothing_touched(tmp_path):
     other = dict(raw)
     other["bodies"] = pile_bodies()
     other["bodies"][0] = dict(other["bodies"][0], axes=[0.5, 0.45, 0.4])
-    other_deck = _write_deck(str(tmp_path), other, "other.yaml")
+    other_deck = write_deck(tmp_path / "other.yaml", other)
     cases = [
         (["run", deck, "--restart", str(bad / "missing.h5")], "missing.h5: file does not exist"),
         (["run", deck, "--restart", trunc], "pile_ckpt_000000002.h5: cannot open HDF5 file (truncated"),
@@ -449,15 +402,15 @@ def test_bad_checkpoints_rejected_exit_2_nothing_touched(tmp_path):
          "incompatible deck: key 'bodies[0].axes[0]' differs (checkpoint: 0.6, deck: 0.5)"),
         (["run", deck, "--restart", "latest", "--output", str(bad)], "no valid checkpoint"),
     ]
-    before = _snapshot(str(tmp_path))
+    before = snapshot(str(tmp_path))
     # every case as a 1-rank job, the damaged/incompatible ones also under mpirun on 2 ranks
     for n, args, msg in [(None,) + c for c in cases] + [(2,) + c for c in cases[1:5]]:
-        r, dt = _cli(args, n=n, timeout=30)
+        r, dt = run_cli(args, n=n, timeout=30)
         assert r.returncode == 2, (args, r.stdout, r.stderr)
         errs = [ln for ln in r.stderr.splitlines() if ln.startswith("relcp-mpi: error:")]
         assert len(errs) == 1 and msg in errs[0], (args, r.stderr)
         assert "Traceback" not in r.stderr
-    assert _snapshot(str(tmp_path)) == before          # no file written, replaced or touched
+    assert snapshot(str(tmp_path)) == before          # no file written, replaced or touched
 
 
 @serial_only
@@ -467,11 +420,11 @@ def test_deck_option_restart_latest(tmp_path):
     raw2 = dict(raw)
     raw2["output"] = dict(raw["output"], restart="latest")
     raw2["time"] = {"dt": 0.1, "steps": 4}
-    deck2 = _write_deck(str(tmp_path), raw2, "cont.yaml")
-    r, _ = _cli(["run", deck2], n=2)
+    deck2 = write_deck(tmp_path / "cont.yaml", raw2)
+    r, _ = run_cli(["run", deck2], n=2)
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert f"restarting from {ck} at step 2" in r.stdout
     assert verify_checkpoint(checkpoint_path(str(out / "pile_ckpt"), 4))["step"] == 4
     raw2["output"]["restart"] = 7
-    r, _ = _cli(["run", _write_deck(str(tmp_path), raw2, "bad.yaml")])
+    r, _ = run_cli(["run", write_deck(tmp_path / "bad.yaml", raw2)])
     assert r.returncode == 2 and "output.restart: must be 'latest' or a checkpoint path" in r.stderr

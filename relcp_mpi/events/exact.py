@@ -314,38 +314,40 @@ def fstr(x):
     return str(x)
 
 
-def sqrt_down(x, bits=64):
-    """Certified rational lower bound of ``sqrt(x)`` (x a nonnegative rational), relative precision
-    about ``2**-bits``; exact when x is the square of a rational."""
+def _sqrt_floor_scaled(x, bits):
+    """Shared part of :func:`sqrt_down` / :func:`sqrt_up`.  Returns ``(exact, r, k)``: ``exact`` is the
+    Fraction ``sqrt(x)`` when ``x`` is 0 or the square of a rational (then ``r, k`` are None), else None and
+    ``r = isqrt(floor(x 4**k))`` with ``k`` chosen for a relative precision of about ``2**-bits``, so that
+    ``r / 2**k <= sqrt(x) < (r + 1) / 2**k``."""
     x = to_fraction(x)
     if x < 0:
         raise ValueError(f"sqrt of negative {x}")
     if x == 0:
-        return Fraction(0)
+        return Fraction(0), None, None
     n, m = x.numerator, x.denominator
     rn, rm = isqrt(n), isqrt(m)
     if rn * rn == n and rm * rm == m:
-        return Fraction(rn, rm)
+        return Fraction(rn, rm), None, None
     e = n.bit_length() - m.bit_length()
     k = max(0, bits - e // 2 + 2)
-    r = isqrt((n << (2 * k)) // m)
+    r = isqrt((n << (2 * k)) // m)      # r^2 <= floor(x 4^k) => (r+1)^2 > x 4^k
+    return None, r, k
+
+
+def sqrt_down(x, bits=64):
+    """Certified rational lower bound of ``sqrt(x)`` (x a nonnegative rational), relative precision
+    about ``2**-bits``; exact when x is the square of a rational."""
+    exact, r, k = _sqrt_floor_scaled(x, bits)
+    if exact is not None:
+        return exact
     return Fraction(r, 1 << k)
 
 
 def sqrt_up(x, bits=64):
     """Certified rational upper bound of ``sqrt(x)``; exact on squares of rationals."""
-    x = to_fraction(x)
-    if x < 0:
-        raise ValueError(f"sqrt of negative {x}")
-    if x == 0:
-        return Fraction(0)
-    n, m = x.numerator, x.denominator
-    rn, rm = isqrt(n), isqrt(m)
-    if rn * rn == n and rm * rm == m:
-        return Fraction(rn, rm)
-    e = n.bit_length() - m.bit_length()
-    k = max(0, bits - e // 2 + 2)
-    r = isqrt((n << (2 * k)) // m)      # r^2 <= floor(x 4^k) => (r+1)^2 > x 4^k
+    exact, r, k = _sqrt_floor_scaled(x, bits)
+    if exact is not None:
+        return exact
     return Fraction(r + 1, 1 << k)
 
 

@@ -572,7 +572,9 @@ def check_compatible(meta, deck_dict, keys=DEFAULT_COMPAT_KEYS, path="checkpoint
     deck entries that must not change across a restart (default: the body lists/generators -- i.e. the
     body count and the shapes -- the box and the walls).  The message names the first differing key
     (as a dotted path with list indices, e.g. ``bodies[3].shape``) and both values.  If the meta holds
-    ``n_bodies`` and the deck gives an explicit body list without generators, the count is checked too."""
+    ``n_bodies`` and the deck gives an explicit body list without generators, the count is checked too --
+    unless the deck lets cells divide (any body or generator with ``divide_at`` > 0, see
+    :func:`deck_has_division`): the body count of a growing colony changes during the run."""
     stored = meta.get("deck")
     if stored is None:
         raise CheckpointError(f"{path}: checkpoint holds no deck; cannot check compatibility")
@@ -595,9 +597,26 @@ def check_compatible(meta, deck_dict, keys=DEFAULT_COMPAT_KEYS, path="checkpoint
                                   f"(checkpoint: {va!r}, deck: {vb!r})")
     n = meta.get("n_bodies")
     bl = deck_dict.get("bodies") if isinstance(deck_dict, dict) else None
-    if n is not None and isinstance(bl, list) and not deck_dict.get("generate") and len(bl) != n:
+    if n is not None and isinstance(bl, list) and not deck_dict.get("generate") and len(bl) != n \
+            and not deck_has_division(deck_dict):
         raise CheckpointError(f"{path}: incompatible deck: key 'bodies' lists {len(bl)} bodies, "
                               f"checkpoint holds {n}")
+
+
+def deck_has_division(deck_dict):
+    """True if any entry of the deck's ``bodies`` or ``generate`` lists has cell division enabled
+    (``divide_at`` a number > 0), i.e. the number of bodies can change during the run."""
+    if not isinstance(deck_dict, dict):
+        return False
+    for section in ("bodies", "generate"):
+        items = deck_dict.get(section)
+        if not isinstance(items, list):
+            continue
+        for b in items:
+            v = b.get("divide_at") if isinstance(b, dict) else None
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+                return True
+    return False
 
 
 def _dig(d, dotted):

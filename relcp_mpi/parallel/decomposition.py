@@ -18,8 +18,13 @@ rule on the subdomain sizes is needed.  What is needed is that the ghost width `
 so that the nearest image of a partner within ``w`` is unique and reachable with one shift per axis
 (then a pair within ``w`` is never found twice through two images).  Walled axes impose no limit.
 Clipping onto the box is non-expansive, so pairs involving bodies beyond a wall are covered too.
+A violation is a deck problem (box too small for the bodies + skin): ``validate_ghost_width`` raises
+:class:`relcp_mpi.config.deck.DeckError` on every rank (collective decision), which ``relcp-mpi run``
+reports as bad input (exit 2).
 """
 import numpy as np
+
+from relcp_mpi.config.deck import DeckError
 
 from .box import Box
 
@@ -130,21 +135,49 @@ class Decomposition:
         L = self.box.lengths[self.box.periodic]
         return float(L.min() / 2.0) if L.size else float("inf")
 
-    def validate_ghost_width(self, width):
-        """Raise ValueError unless 0 <= width < L_a/2 on every periodic axis a (see module docstring)."""
+    def _ghost_width_problem(self, width):
+        """Local check of :meth:`validate_ghost_width`: ``(w, None)`` if fine, else ``(w, (kind, message))``
+        with kind ``'value'`` (not a finite number >= 0) or ``'deck'`` (too large for the box)."""
         try:
             w = float(width)
         except (TypeError, ValueError):
-            raise ValueError(f"ghost width must be a number, got {width!r}") from None
+            return None, ("value", f"ghost width must be a number, got {width!r}")
         if not np.isfinite(w) or w < 0:
-            raise ValueError(f"ghost width must be finite and >= 0, got {width!r}")
+            return w, ("value", f"ghost width must be finite and >= 0, got {width!r}")
         for ax in np.flatnonzero(self.box.periodic):
-            L = self.box.lengths[ax]
+            L = float(self.box.lengths[ax])
             if not w < 0.5 * L:
-                raise ValueError(
-                    f"ghost width {w} is too large for periodic axis {'xyz'[ax]} of length {L}: it must be "
-                    f"< L/2 = {0.5 * L} so that each pair within the ghost width has a unique nearest "
-                    f"periodic image (enlarge the box or reduce the largest body extent / skin)")
+                name = "xyz"[ax]
+                return w, ("deck", (
+                    f"box: ghost width {w:.12g} (2 x largest bounding radius + 2 x contact.skin) is too large for "
+                    f"periodic axis {name} of length {L:.12g}: it must be < L/2 = {0.5 * L:.12g} so that each pair "
+                    f"within the ghost width has a unique nearest periodic image; enlarge the box along {name} "
+                    f"(box.lo/box.hi), or reduce contact.skin or the largest body (the limit does not depend "
+                    f"on the number of ranks)"))
+        return w, None
+
+    def validate_ghost_width(self, width):
+        """Return ``float(width)``; raise unless 0 <= width < L_a/2 on every periodic axis a (see the module
+        docstring).  Collective over ``self.comm`` (one small allreduce when there are several ranks): the
+        verdict is the same on every rank even if the ranks passed different widths, and the error raised
+        is the one of the lowest failing rank, with the same message everywhere:
+
+        * :class:`relcp_mpi.config.deck.DeckError` (a ``ValueError``) when the width is too large for the
+          box (the deck's box / skin / body sizes are incompatible), naming the width, the axis and its
+          length and what to change;
+        * ``ValueError`` when the width is not a finite number >= 0 (a programming error)."""
+        w, problem = self._ghost_width_problem(width)
+        size = self.comm.Get_size() if self.comm is not None else 1
+        if size > 1:
+            from mpi4py import MPI
+            first_bad = self.comm.allreduce(self.rank if problem is not None else size, op=MPI.MIN)
+            if first_bad < size:
+                problem = self.comm.bcast(problem, root=first_bad)
+        if problem is not None:
+            kind, msg = problem
+            if kind == "deck":
+                raise DeckError([msg])
+            raise ValueError(msg)
         return w
 
 
@@ -336,6 +369,94 @@ class RCBDecomposition(Decomposition):
         for lf in leaves:
             self._lo[r0[lf]] = rlo[lf]
             self._hi[r0[lf]] = rhi[lf]
+
+    # -- serialisation (checkpoints) ------------------------------------------------------------
+    _DICT_KEYS = ("size", "bins", "rounds", "axis", "cut", "left", "right", "rank", "lo", "hi")
+    _NODE_KEYS = (("node_axis", "axis", np.int64), ("node_cut", "cut", np.float64),
+                  ("node_left", "left", np.int64), ("node_right", "right", np.int64),
+                  ("node_rank", "rank", np.int64))
+
+    def to_dict(self):
+        """The decomposition tree as a JSON-able dict of plain ints / floats / lists (``cut`` holds NaN for
+        leaves; ``json.dumps`` writes it with its default ``allow_nan=True``).  Keys: ``size``, ``bins``,
+        ``rounds``, the node arrays ``axis``, ``cut``, ``left``, ``right``, ``rank`` (2 size - 1 nodes) and the
+        subdomain bounds ``lo``, ``hi`` (size x 3 nested lists).  :meth:`from_dict` rebuilds it exactly."""
+        d = {"size": int(self.size), "bins": int(self.bins), "rounds": int(self.rounds)}
+        for attr, key, dt in self._NODE_KEYS:
+            d[key] = np.asarray(getattr(self, attr), dtype=dt).tolist()
+        d["lo"] = np.asarray(self._lo, dtype=np.float64).tolist()
+        d["hi"] = np.asarray(self._hi, dtype=np.float64).tolist()
+        return d
+
+    @classmethod
+    def from_dict(cls, box, comm, d):
+        """Rebuild a decomposition written by :meth:`to_dict` on ``comm`` (no communication; the same
+        ``owner()`` answers and bounds as the original, bit for bit).
+
+        Raises ``ValueError`` naming the problem when ``d`` is not such a dict: missing keys, ``size`` not
+        ``comm``'s size, node arrays not all of length ``2 size - 1``, ``lo``/``hi`` not ``size x 3``, or a tree
+        that is not well formed (child indices, split axes, leaf ranks)."""
+        def bad(msg):
+            return ValueError(f"RCBDecomposition.from_dict: {msg}")
+
+        if not isinstance(d, dict):
+            raise bad(f"expected a dict, got {type(d).__name__}")
+        missing = [k for k in cls._DICT_KEYS if k not in d]
+        if missing:
+            raise bad(f"missing key(s) {missing}")
+        size = comm.Get_size()
+        try:
+            n_size, bins, rounds = (int(d["size"]), int(d["bins"]), int(d["rounds"]))
+        except (TypeError, ValueError):
+            raise bad(f"size, bins, rounds must be integers, got {d['size']!r}, {d['bins']!r}, "
+                      f"{d['rounds']!r}") from None
+        if n_size != size:
+            raise bad(f"written for {n_size} rank(s), the communicator has {size}")
+        n_nodes = 2 * size - 1
+        arrays = {}
+        for attr, key, dt in cls._NODE_KEYS:
+            try:
+                a = np.asarray(d[key], dtype=np.float64)
+            except (TypeError, ValueError):
+                raise bad(f"'{key}' is not a list of numbers") from None
+            if a.ndim != 1 or len(a) != n_nodes:
+                raise bad(f"'{key}' has shape {a.shape}, expected ({n_nodes},) (2 * size - 1 nodes)")
+            if dt is np.int64:
+                if not np.all(np.isfinite(a)) or np.any(a != np.rint(a)):
+                    raise bad(f"'{key}' must hold integers")
+            arrays[attr] = a.astype(dt)
+        for key in ("lo", "hi"):
+            try:
+                a = np.asarray(d[key], dtype=np.float64)
+            except (TypeError, ValueError):
+                raise bad(f"'{key}' is not a list of numbers") from None
+            if a.size != 3 * size:
+                raise bad(f"'{key}' has {a.size} numbers, expected {size} x 3")
+            if not np.all(np.isfinite(a)):
+                raise bad(f"'{key}' holds non-finite values")
+            arrays[key] = a.reshape(size, 3)
+        if np.any(arrays["lo"] > arrays["hi"]):
+            raise bad("some subdomain has lo > hi")
+        left, right = arrays["node_left"], arrays["node_right"]
+        ax, cut, rank = arrays["node_axis"], arrays["node_cut"], arrays["node_rank"]
+        idx = np.arange(n_nodes)
+        inner = left >= 0
+        # children come after their parent (as _build appends them): guarantees owner() terminates
+        if np.any(inner != (right >= 0)) or np.any(inner & ((left <= idx) | (left >= n_nodes)
+                                                           | (right <= idx) | (right >= n_nodes))):
+            raise bad("malformed tree: child indices out of range or not after their parent")
+        if np.any(inner & ((ax < 0) | (ax > 2))) or not np.all(np.isfinite(cut[inner])):
+            raise bad("malformed tree: inner nodes need an axis in 0..2 and a finite cut")
+        if np.any(inner & (rank != -1)) or sorted(rank[~inner].tolist()) != list(range(size)):
+            raise bad("malformed tree: the leaves must hold each rank 0..size-1 exactly once")
+        obj = cls.__new__(cls)
+        Decomposition.__init__(obj, box, comm)
+        obj.bins, obj.rounds = bins, rounds
+        for attr, _, _ in cls._NODE_KEYS:
+            setattr(obj, attr, arrays[attr])
+        obj._lo = arrays["lo"]
+        obj._hi = arrays["hi"]
+        return obj
 
     def _owner(self, p):
         node = np.zeros(len(p), dtype=np.int64)

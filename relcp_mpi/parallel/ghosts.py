@@ -68,8 +68,8 @@ def exchange_ghosts(bodies, decomp, comm, width, return_plan=False):
     Returns ``(ghosts, image_shift)`` -- a :class:`BodyStore` of ghost copies (positions already
     shifted by their image shift), ordered by (gid, shift), and the (g, 3) shifts -- or
     ``(ghosts, image_shift, plan)`` with ``return_plan=True``.  The plan is also stored as
-    ``decomp.last_ghost_plan`` for :func:`refresh_ghosts`.  Raises ValueError (on every rank, the
-    check is deterministic) if ``width`` violates :meth:`Decomposition.validate_ghost_width`.
+    ``decomp.last_ghost_plan`` for :func:`refresh_ghosts`.  Raises DeckError (a ValueError; on every
+    rank, the check is collective) if ``width`` violates :meth:`Decomposition.validate_ghost_width`.
     """
     w = decomp.validate_ghost_width(width)
     size = comm.Get_size()

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from relcp_mpi.solver.lcp import FusedReducer, finish, minmap_local, mpi_comm_of, work_vecs
+from relcp_mpi.solver.lcp import (FusedReducer, finish, minmap_local, mpi_comm_of,
+                                  start_projected_gradient, work_vecs)
 
 __all__ = ["solve_apgd", "estimate_lmax"]
 
@@ -65,25 +66,12 @@ def solve_apgd(A, q, x, tol=1e-8, max_iter=10000, raise_on_fail=True, mu=None, L
                L_safety=1.05, restart=True, **unused):
     if unused:
         raise TypeError("apgd: unknown options %s" % sorted(unused))
-    comm = mpi_comm_of(A)
-    g, xo, go, gy = work_vecs(A, "apgd", x, 4)
-    red = FusedReducer(comm, 3, 1)
-
-    X = x.getArray()
-    Q = q.getArray(readonly=True)
-    G = g.getArray()      # g(x_k)
-    XO = xo.getArray()    # x_{k-1}
-    GO = go.getArray()    # g(x_{k-1})
-    GY = gy.getArray()    # g(y_k)
+    st = start_projected_gradient(A, q, x, "apgd", 4)      # x_0 = P(x_in), g(x_0), r_0
+    red, X, Q, res, history = st.red, st.X, st.Q, st.residual, st.history
+    g = st.vecs[0]
+    G, XO, GO, GY = st.arrays   # g(x_k), x_{k-1}, g(x_{k-1}), g(y_k)
     Yv = np.empty_like(X)  # y_k
     D = np.empty_like(X)
-
-    np.maximum(X, 0.0, out=X)
-    x.stateIncrease()
-    A.mult(x, g)
-    G += Q
-    _, (res,) = red.reduce([0.0, 0.0, 0.0], [minmap_local(X, G)])
-    history = [res]
     it = 0
     converged = res <= tol
     if converged:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from relcp_mpi.solver.lcp import FusedReducer, finish, minmap_local, mpi_comm_of, work_vecs
+from relcp_mpi.solver.lcp import finish, minmap_local, start_projected_gradient
 
 __all__ = ["solve_bbpgd"]
 
@@ -28,24 +28,12 @@ __all__ = ["solve_bbpgd"]
 def solve_bbpgd(A, q, x, tol=1e-8, max_iter=10000, raise_on_fail=True, mu=None, step0=None, **unused):
     if unused:
         raise TypeError("bbpgd: unknown options %s" % sorted(unused))
-    comm = mpi_comm_of(A)
-    g, xo, go = work_vecs(A, "bbpgd", x, 3)
-    red = FusedReducer(comm, 3, 1)
-
-    X = x.getArray()
-    Q = q.getArray(readonly=True)
-    G = g.getArray()
-    XO = xo.getArray()
-    GO = go.getArray()
+    st = start_projected_gradient(A, q, x, "bbpgd", 3)     # x_0 = P(x_in), g_0, r_0
+    red, X, Q, res, history = st.red, st.X, st.Q, st.residual, st.history
+    g = st.vecs[0]
+    G, XO, GO = st.arrays
     S = np.empty_like(X)
     Y = np.empty_like(X)
-
-    np.maximum(X, 0.0, out=X)
-    x.stateIncrease()
-    A.mult(x, g)
-    G += Q
-    _, (res,) = red.reduce([0.0, 0.0, 0.0], [minmap_local(X, G)])
-    history = [res]
     it = 0
     alpha = float(step0) if step0 else (1.0 / res if res > 0 else 1.0)
     converged = res <= tol

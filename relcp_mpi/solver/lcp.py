@@ -161,6 +161,45 @@ def work_vecs(A, tag, template, n):
     return cached
 
 
+@dataclass
+class GradientStart:
+    """What :func:`start_projected_gradient` sets up for a projected-gradient method (BBPGD, APGD).
+
+    ``vecs``: the method's persistent work Vecs (``vecs[0]`` is ``g``, holding ``g_0 = A x_0 + q``);
+    ``arrays``: their local numpy arrays in the same order; ``X`` / ``Q``: local arrays of ``x`` (already
+    projected, ``x_0 = P(x_in)``) and ``q`` (read-only); ``red``: the method's fused reducer (``nsum`` sums +
+    1 max); ``residual``: the global min-map residual of ``x_0``; ``history``: ``[residual]``."""
+
+    comm: object
+    red: FusedReducer
+    vecs: list
+    arrays: list
+    X: np.ndarray
+    Q: np.ndarray
+    residual: float
+    history: list
+
+
+def start_projected_gradient(A, q, x, tag, n_work, nsum=3):
+    """Shared start of the projected-gradient solvers: work Vecs (``work_vecs(A, tag, x, n_work)``), a
+    ``FusedReducer(comm, nsum, 1)``, projection of the initial guess onto ``x >= 0`` in place, ``g = A x + q``
+    in ``vecs[0]`` and the initial min-map residual (one fused reduction, the sums slots unused).
+    Collective.  Returns a :class:`GradientStart`."""
+    comm = mpi_comm_of(A)
+    vecs = work_vecs(A, tag, x, n_work)
+    red = FusedReducer(comm, nsum, 1)
+    X = x.getArray()
+    Q = q.getArray(readonly=True)
+    arrays = [v.getArray() for v in vecs]
+    G = arrays[0]
+    np.maximum(X, 0.0, out=X)
+    x.stateIncrease()
+    A.mult(x, vecs[0])
+    G += Q
+    _, (res,) = red.reduce([0.0] * nsum, [minmap_local(X, G)])
+    return GradientStart(comm, red, list(vecs), arrays, X, Q, res, [res])
+
+
 def check_layout(A, q, x, comm):
     """Collective check that x, q match A's column layout (raises ValueError on every rank)."""
     nl = A.getLocalSize()[1]
