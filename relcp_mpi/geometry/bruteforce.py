@@ -15,10 +15,18 @@ Definitions reproduced (docs/ARCHITECTURE.md): core distance minus radii (round 
 (ellipsoid-sphere); ``min_t sdf_E(c + t a) - R`` (ellipsoid-spherocylinder); ``max_u [min_i u.y - max_j u.y]``
 (ellipsoid-ellipsoid).  The sign of sdf comes from the implicit function of the ellipsoid.
 Attainable accuracy is roughly 1e-9 relative to the body size (limited by the zoom depth).
+
+Rings (torus (Rc, r), axis body z; shares no code with ``geometry/torus.py``): the separation is the distance
+between the centre circles (ring-ring), of the sphere centre to the centre circle (ring-sphere) or of the wall
+plane to the lowest centre-circle point (ring-wall), minus the radii.  Circle distances are screened on a dense
+angle grid (ring-ring: all discrete local minima of the 2-D periodic grid), and the best candidates are
+refined by grid zooming on direct point differences (:func:`ring_pair_oracle`, :func:`ring_wall_oracle`).
+Accuracy about 1e-12 relative to the ring size; ``ambiguous`` flags a non-isolated minimiser (several
+distinct minimisers with the same value, e.g. coaxial rings), where normal and witness points are not unique.
 """
 import numpy as np
 
-from ..bodies.shapes import SPHERE, SPHEROCYLINDER, ELLIPSOID
+from ..bodies.shapes import SPHERE, SPHEROCYLINDER, ELLIPSOID, RING
 from . import quaternion
 
 
@@ -229,9 +237,134 @@ def ellipsoid_pair_sep(bi, bj, n_dirs=600, n_start=3, levels=11, k=5):
     return best_v, best_u
 
 
+# ----------------------------------------------------------------------------------------------------------
+# rings
+# ----------------------------------------------------------------------------------------------------------
+def _circle(x, q, Rc):
+    """Callable ang (...) -> lab points (..., 3) of the centre circle of a ring."""
+    M = quaternion.to_matrix(np.asarray(q, dtype=float)[None, :])[0]
+    u, v = M[:, 0], M[:, 1]
+    x = np.asarray(x, dtype=float)
+
+    def pts(ang, origin=np.zeros(3)):
+        ang = np.asarray(ang, dtype=float)
+        return (x - origin) + Rc * (np.cos(ang)[..., None] * u + np.sin(ang)[..., None] * v)
+    return pts
+
+
+def _zoom_angles(fun, starts, width, levels=40, k=9, shrink=0.4):
+    """Minimise fun(angles (K, d)) -> (K,) from each start (d,) by k^d grid zooming; returns [(value, angles)]."""
+    d = len(starts[0])
+    lin = np.linspace(-1.0, 1.0, k)
+    offs = np.stack(np.meshgrid(*([lin] * d), indexing="ij"), axis=-1).reshape(-1, d)
+    out = []
+    for a0 in starts:
+        a = np.asarray(a0, dtype=float)
+        best = float(fun(a[None, :])[0])
+        w = width
+        for _ in range(levels):
+            cand = a[None, :] + w * offs
+            vals = fun(cand)
+            j = int(np.argmin(vals))
+            if vals[j] < best:
+                best, a = float(vals[j]), cand[j]
+            w *= shrink
+        out.append((best, a))
+    out.sort(key=lambda t: t[0])
+    return out
+
+
+def _ambiguous(results, scale, pts_of):
+    """Another refined candidate with (nearly) the best value at a different point: minimiser not unique."""
+    best, a = results[0]
+    p0 = pts_of(a)
+    for v, b in results[1:]:
+        if abs(v - best) <= 1e-7 * scale and np.linalg.norm(pts_of(b) - p0) > 1e-4 * scale:
+            return True
+    return False
+
+
+def ring_pair_oracle(kind_i, shape_i, x_i, q_i, kind_j, shape_j, x_j, q_j, n=1024, n_cand=8):
+    """Brute-force ring-ring or ring-sphere geometry (either order).  Returns
+    ``(sep, normal (from j to i), p_i, p_j, ambiguous)``; the normal is the unit vector between the closest
+    core points (circle/circle or circle/centre), the witness points are those core points moved by the tube
+    (sphere) radii along the normal."""
+    ki, kj = int(kind_i), int(kind_j)
+    si, sj = np.asarray(shape_i, dtype=float), np.asarray(shape_j, dtype=float)
+    if RING not in (ki, kj) or not {ki, kj} <= {RING, SPHERE}:
+        raise ValueError("ring_pair_oracle: needs a ring with a ring or a sphere")
+    o = 0.5 * (np.asarray(x_i, dtype=float) + np.asarray(x_j, dtype=float))
+    g = 2 * np.pi * np.arange(n) / n
+    if ki == RING and kj == RING:
+        ci, cj = _circle(x_i, q_i, si[0]), _circle(x_j, q_j, sj[0])
+        Pi, Pj = ci(g, o), cj(g, o)
+        d2 = np.sum(Pi ** 2, axis=1)[:, None] + np.sum(Pj ** 2, axis=1)[None, :] - 2.0 * Pi @ Pj.T
+        loc = np.ones(d2.shape, dtype=bool)
+        for di in (-1, 0, 1):
+            for dj in (-1, 0, 1):
+                if di or dj:
+                    loc &= d2 <= np.roll(d2, (di, dj), axis=(0, 1))
+        idx = np.nonzero(loc.ravel())[0]
+        idx = idx[np.argsort(d2.ravel()[idx])][:n_cand]
+        starts = [np.array([g[t // n], g[t % n]]) for t in idx]
+
+        def fun(A):
+            return np.linalg.norm(ci(A[:, 0], o) - cj(A[:, 1], o), axis=-1)
+        res = _zoom_angles(fun, starts, 3.0 * 2 * np.pi / n)
+        th, ph = res[0][1]
+        a, b = ci(th), cj(ph)
+        amb = _ambiguous(res, si[0] + sj[0], lambda A: np.concatenate([ci(A[0]), cj(A[1])]))
+        r_a, r_b = si[1], sj[1]
+        scale = si[0] + sj[0]
+    else:
+        ring_is_i = ki == RING
+        xr, qr, sr = (x_i, q_i, si) if ring_is_i else (x_j, q_j, sj)
+        xs, ss = (np.asarray(x_j, dtype=float), sj) if ring_is_i else (np.asarray(x_i, dtype=float), si)
+        c = _circle(xr, qr, sr[0])
+        dist = np.linalg.norm(c(g) - xs, axis=-1)
+        loc = np.nonzero((dist <= np.roll(dist, 1)) & (dist <= np.roll(dist, -1)))[0]
+        loc = loc[np.argsort(dist[loc])][:n_cand]
+
+        def fun(A):
+            return np.linalg.norm(c(A[:, 0]) - xs, axis=-1)
+        res = _zoom_angles(fun, [np.array([g[t]]) for t in loc], 3.0 * 2 * np.pi / n)
+        pc = c(res[0][1][0])
+        amb = _ambiguous(res, sr[0], lambda A: c(A[0]))
+        a, b = (pc, xs) if ring_is_i else (xs, pc)
+        r_a, r_b = (sr[1], ss[0]) if ring_is_i else (ss[0], sr[1])
+        scale = sr[0]
+    d = a - b
+    D = float(np.linalg.norm(d))
+    amb = amb or D <= 1e-9 * scale
+    nrm = d / max(D, 1e-300)
+    return D - r_a - r_b, nrm, a - r_a * nrm, b + r_b * nrm, amb
+
+
+def ring_wall_oracle(shape, x, q, wall_point, wall_normal, n=4096, n_cand=4):
+    """Brute-force ring-wall geometry: ``(sep, p_i, p_j, ambiguous)`` with the normal = the wall normal."""
+    shape = np.asarray(shape, dtype=float)
+    nw = np.asarray(wall_normal, dtype=float)
+    nw = nw / np.linalg.norm(nw)
+    w = np.asarray(wall_point, dtype=float)
+    c = _circle(x, q, shape[0])
+    g = 2 * np.pi * np.arange(n) / n
+    h = (c(g) - w) @ nw
+    loc = np.nonzero((h <= np.roll(h, 1)) & (h <= np.roll(h, -1)))[0]
+    loc = loc[np.argsort(h[loc])][:n_cand]
+    res = _zoom_angles(lambda A: (c(A[:, 0]) - w) @ nw, [np.array([g[t]]) for t in loc], 3.0 * 2 * np.pi / n)
+    p = c(res[0][1][0]) - shape[1] * nw
+    sep = float((p - w) @ nw)
+    amb = _ambiguous(res, shape[0], lambda A: c(A[0]))
+    return sep, p, p - sep * nw, amb
+
+
 def bruteforce_snsd(kind_i, shape_i, x_i, q_i, kind_j, shape_j, x_j, q_j):
     """Brute-force SNSD of one pair.  Returns ``(sep, normal)``; normal is None where the oracle does not
-    produce one (round-round and sdf-based definitions: only sep is checked)."""
+    produce one (round-round and sdf-based definitions: only sep is checked; rings: a non-isolated
+    minimiser)."""
+    if RING in (int(kind_i), int(kind_j)):
+        sep, nrm, _, _, amb = ring_pair_oracle(kind_i, shape_i, x_i, q_i, kind_j, shape_j, x_j, q_j)
+        return sep, None if amb else nrm
     bi = Body(kind_i, shape_i, x_i, q_i)
     bj = Body(kind_j, shape_j, x_j, q_j)
     round_i = bi.kind != ELLIPSOID

@@ -11,21 +11,32 @@ sphere/spherocylinder pairs       core (point/segment) distance minus both radii
 ellipsoid with sphere             ``sdf_E(centre) - R`` (exact signed distance, foot-point Newton)
 ellipsoid with spherocylinder     ``min_t sdf_E(c + t a) - R`` (1-D convex minimisation)
 ellipsoid with ellipsoid          ``max_|u|=1 [min_{a in i} u.a - max_{b in j} u.b]`` (Riemannian Newton)
+ring with ring                    centre-circle distance minus both tube radii (``torus.ring_ring_kernel``:
+                                  multi-start Newton + certified branch-and-bound global search)
+ring with sphere                  distance of the sphere centre to the centre circle minus r and R (closed
+                                  form, ``torus.ring_sphere_kernel``)
+ring with wall                    ``n . (lowest point of the tube) - n . wall_point`` (closed form)
 ================================  =======================================================================
 
 Pairs are grouped by kind combination with masks; every kernel is batched (no Python loop over pairs).
-Pairs with the ellipsoid as body i are evaluated with the bodies swapped and the result flipped
-(normal -> -normal, p_i <-> p_j), so swapping i and j flips the normal exactly for those kinds.
+Pairs with the ellipsoid as body i, and (sphere i, ring j) pairs, are evaluated with the bodies swapped and
+the result flipped (normal -> -normal, p_i <-> p_j), so swapping i and j flips the normal exactly for those
+kinds; the ring-ring kernel is itself symmetric.  Rings (shape (Rc, r, 0), axis = body z) have a non-convex
+surface: the ring-ring separation is the global minimum over both centre circles (certified to
+``1e-10 (Rc_i + Rc_j)``), and interlaced rings are correctly reported as separated although their bounding
+spheres overlap.  Ring with ellipsoid or spherocylinder is not implemented and raises
+:class:`NotImplementedError` (decks mixing them are rejected by the deck validation).
 """
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..bodies.shapes import SPHERE, SPHEROCYLINDER, ELLIPSOID, KIND_NAMES
+from ..bodies.shapes import SPHERE, SPHEROCYLINDER, ELLIPSOID, RING, KIND_NAMES
 from . import quaternion
 from .sphere import sphere_sphere
 from .spherocylinder import capsule_capsule
 from .ellipsoid import sphere_vs_ellipsoid, capsule_vs_ellipsoid, ellipsoid_vs_ellipsoid
+from .torus import ring_ring_kernel, ring_sphere_kernel
 from .wall import body_wall
 
 
@@ -71,6 +82,17 @@ def _raise_if_failed(conv, what):
                             f"indices {shown}{more}", bad)
 
 
+def _check_rings(kind, shape, what):
+    """Rings need 0 < r < Rc (the torus kernels assume it)."""
+    rg = kind == RING
+    if np.any(rg):
+        Rc, r = shape[rg, 0], shape[rg, 1]
+        bad = ~((r > 0) & (r < Rc) & np.isfinite(Rc) & np.isfinite(r))
+        if np.any(bad):
+            k = int(np.nonzero(rg)[0][np.nonzero(bad)[0][0]])
+            raise ValueError(f"{what}: ring needs 0 < r < Rc, got Rc={shape[k, 0]}, r={shape[k, 1]} (index {k})")
+
+
 def pair_snsd(kind_i, shape_i, x_i, q_i, kind_j, shape_j, x_j, q_j, *, tol=1e-12, check=True, max_iter=None,
               hint=None):
     """Signed separation, shared normal and witness points for m pairs of bodies (any kinds).
@@ -79,7 +101,10 @@ def pair_snsd(kind_i, shape_i, x_i, q_i, kind_j, shape_j, x_j, q_j, *, tol=1e-12
     q_*: (m, 4) unit quaternions (w, x, y, z), body -> lab.
     tol: relative tolerance of the iterative (ellipsoid) solvers.  max_iter: iteration cap of the iterative
     solvers (None = defaults: 50 Newton iterations for ellipsoid pairs, 100 for foot points and the 1-D
-    capsule search).  check: raise :class:`GeometryError` naming the pair indices that did not converge.
+    capsule search, 60 per Newton start for ring pairs).  For ring pairs ``tol`` is the relative gradient
+    tolerance of the angle Newton solves; ``converged`` is False where the global certificate failed.
+    Ring with ellipsoid or spherocylinder raises :class:`NotImplementedError`.
+    check: raise :class:`GeometryError` naming the pair indices that did not converge.
     hint: optional warm start, an (m, 3) array of previous normals of the same pairs (same (i, j) order, i.e.
     from j towards i; any positive length) with NaN rows (or zero rows) for "no hint".  Used only for
     ellipsoid-ellipsoid pairs: a hint direction u with f(u) > 0 proves the pair separated and a single Newton
@@ -102,8 +127,21 @@ def pair_snsd(kind_i, shape_i, x_i, q_i, kind_j, shape_j, x_j, q_j, *, tol=1e-12
         bad = ~np.isin(k, list(KIND_NAMES))
         if np.any(bad):
             raise ValueError(f"unknown shape kind(s) {np.unique(k[bad]).tolist()}")
+    ring_i = kind_i == RING
+    ring_j = kind_j == RING
+    unsupported = (ring_i & ~(ring_j | (kind_j == SPHERE))) | (ring_j & ~(ring_i | (kind_i == SPHERE)))
+    if np.any(unsupported):
+        bad = np.nonzero(unsupported)[0]
+        k = int(bad[0])
+        raise NotImplementedError(
+            f"pair_snsd: contact between a ring and a {KIND_NAMES[int(kind_j[k] if ring_i[k] else kind_i[k])]} "
+            f"is not implemented (rings combine only with rings, spheres and walls); {bad.size} such pair(s), "
+            f"indices {bad[:20].tolist()}")
+    _check_rings(kind_i, shape_i, "pair_snsd (i)")
+    _check_rings(kind_j, shape_j, "pair_snsd (j)")
     it_ee = 50 if max_iter is None else max_iter
     it_1d = 100 if max_iter is None else max_iter
+    it_ring = 60 if max_iter is None else max_iter
 
     R_i = quaternion.to_matrix(q_i)
     R_j = quaternion.to_matrix(q_j)
@@ -131,8 +169,8 @@ def pair_snsd(kind_i, shape_i, x_i, q_i, kind_j, shape_j, x_j, q_j, *, tol=1e-12
             return kind_i[mask], shape_i[mask], x_i[mask], R_i[mask]
         return kind_j[mask], shape_j[mask], x_j[mask], R_j[mask]
 
-    round_i = kind_i != ELLIPSOID
-    round_j = kind_j != ELLIPSOID
+    round_i = (kind_i == SPHERE) | (kind_i == SPHEROCYLINDER)
+    round_j = (kind_j == SPHERE) | (kind_j == SPHEROCYLINDER)
 
     # sphere - sphere
     mk = (kind_i == SPHERE) & (kind_j == SPHERE)
@@ -166,6 +204,19 @@ def pair_snsd(kind_i, shape_i, x_i, q_i, kind_j, shape_j, x_j, q_j, *, tol=1e-12
         store(mk, False, ellipsoid_vs_ellipsoid(x_i[mk], R_i[mk], shape_i[mk], x_j[mk], R_j[mk], shape_j[mk],
                                                 tol=tol, max_iter=it_ee,
                                                 hint=None if hint is None else hint[mk]))
+    # ring - ring (symmetric kernel: swapping i and j flips the normal and swaps the witness points)
+    mk = ring_i & ring_j
+    if np.any(mk):
+        store(mk, False, ring_ring_kernel(x_i[mk], R_i[mk], shape_i[mk, 0], shape_i[mk, 1],
+                                          x_j[mk], R_j[mk], shape_j[mk, 0], shape_j[mk, 1],
+                                          tol=tol, max_iter=it_ring))
+    # ring - sphere, both orders: the kernel takes (ring = A, sphere = B), normal from the sphere to the ring
+    for flip, A, B, kA, kB in ((False, "i", "j", kind_i, kind_j), (True, "j", "i", kind_j, kind_i)):
+        mk = (kA == RING) & (kB == SPHERE)
+        if np.any(mk):
+            _, shA, xA, RA = side(mk, A)
+            _, shB, xB, _ = side(mk, B)
+            store(mk, flip, ring_sphere_kernel(xA, RA, shA[:, 0], shA[:, 1], xB, shB[:, 0]))
     if check:
         _raise_if_failed(conv, "pair_snsd")
     return ContactGeometry(sep, normal, p_i, p_j, conv)
@@ -176,12 +227,14 @@ def wall_snsd(kind, shape, x, q, wall_point, wall_normal):
 
     wall_point / wall_normal may be (3,) (one wall for all) or (m, 3).  The normal is renormalised.
     ``sep = min_{y in body} n . (y - wall_point)``; ``p_j`` is the projection of ``p_i`` on the plane.
+    All kinds, rings included (closed forms, see :mod:`relcp_mpi.geometry.wall`).
     """
     x = np.asarray(x, dtype=float).reshape(-1, 3)
     m = x.shape[0]
     if m == 0:
         return _empty(0)
     kind, shape, x, q = _prep(kind, shape, x, q, m)
+    _check_rings(kind, shape, "wall_snsd")
     w = np.broadcast_to(np.asarray(wall_point, dtype=float), (m, 3))
     n = np.broadcast_to(np.asarray(wall_normal, dtype=float), (m, 3))
     n = n / np.linalg.norm(n, axis=1)[:, None]

@@ -647,3 +647,38 @@ def ring_proxy_spheres(Rc, r, resolution):
         raise ValueError(f"ring_proxy_spheres: resolution must be >= 1, got {resolution}")
     a = _TWO_PI * np.arange(resolution) / resolution
     return np.stack([Rc * np.cos(a), Rc * np.sin(a), np.zeros(resolution)], axis=1)
+
+
+def rings_linked(x_i, q_i, Rc_i, x_j, q_j, Rc_j):
+    """Whether the centre circles of m ring pairs are linked (interlaced), (m,) bool.
+
+    Closed form: circle j, ``p(ph) = x_j + Rc_j (cos ph u_j + sin ph v_j)``, meets the plane of ring i where
+    ``h + a cos ph + b sin ph = 0`` (``h = z_i.(x_j - x_i)``, ``a = Rc_j z_i.u_j``, ``b = Rc_j z_i.v_j``), i.e.
+    at ``ph = atan2(b, a) +- arccos(-h / hypot(a, b))`` (no crossing when ``hypot(a, b) <= |h|``, tangency
+    counted as no crossing).  Two disjoint circles are linked iff exactly one of the (at most two) crossings
+    lies inside the disk of circle i (``|p - x_i| < Rc_i``).  Intersecting circles (a crossing exactly on
+    circle i) are reported as not linked.  Used for chainmail diagnostics (tests, tools/study_chainmail.py).
+    """
+    x_i = np.asarray(x_i, dtype=float).reshape(-1, 3)
+    m = x_i.shape[0]
+    x_i, R_i = _prep_pose(x_i, q_i, m)
+    x_j, R_j = _prep_pose(x_j, q_j, m)
+    Rc_i = np.broadcast_to(np.asarray(Rc_i, dtype=float), (m,))
+    Rc_j = np.broadcast_to(np.asarray(Rc_j, dtype=float), (m,))
+    zi = R_i[:, :, 2]
+    uj, vj = R_j[:, :, 0], R_j[:, :, 1]
+    w = x_j - x_i
+    h = _dot(zi, w)
+    a = Rc_j * _dot(zi, uj)
+    b = Rc_j * _dot(zi, vj)
+    rho = np.hypot(a, b)
+    cross = rho > np.abs(h)
+    base = np.arctan2(b, a)
+    delta = np.arccos(np.clip(-h / np.where(cross, rho, 1.0), -1.0, 1.0))
+    inside = np.zeros((m, 2), dtype=bool)
+    for k, s in enumerate((1.0, -1.0)):
+        ph = base + s * delta
+        p = w + Rc_j[:, None] * (np.cos(ph)[:, None] * uj + np.sin(ph)[:, None] * vj)
+        p = p - _dot(p, zi)[:, None] * zi                   # remove the rounding residue off the plane
+        inside[:, k] = _dot(p, p) < Rc_i * Rc_i
+    return cross & (inside[:, 0] != inside[:, 1])

@@ -4,11 +4,14 @@ A wall is the plane through ``wall_point`` with unit ``wall_normal`` pointing in
 For body i: ``sep = min_{y in body} n . (y - wall_point) = n . (x - w) - h_body(-n)`` (h = support function),
 ``p_i`` = the body point attaining the minimum, ``p_j`` = its projection onto the plane, normal = n.
 For a spherocylinder lying parallel to the wall (``a . n = 0`` up to rounding) the contact point is taken at
-the middle of the core (deterministic).
+the middle of the core (deterministic).  Rings (torus (Rc, r), axis body z): the centre-circle point farthest
+along -n minus r n (:func:`relcp_mpi.geometry.torus.ring_wall_lowest_point`; a ring lying flat on the wall
+takes the point along its body x axis).
 """
 import numpy as np
 
-from ..bodies.shapes import SPHERE, SPHEROCYLINDER, ELLIPSOID
+from ..bodies.shapes import SPHERE, SPHEROCYLINDER, ELLIPSOID, RING
+from .torus import ring_wall_lowest_point
 
 _EPS = np.finfo(float).eps
 
@@ -43,7 +46,11 @@ def wall_lowest_point(kind, shape, x, R, n):
         w = nb * shape[el]                                           # diag(e)^2 R^T n
         r = np.linalg.norm(nb, axis=1)
         p[el] = x[el] - np.einsum("nij,nj->ni", Re, w) / r[:, None]
-    bad = ~(sph | sc | el)
+    # ring
+    rg = kind == RING
+    if np.any(rg):
+        p[rg] = ring_wall_lowest_point(x[rg], R[rg], shape[rg, 0], shape[rg, 1], n[rg])
+    bad = ~(sph | sc | el | rg)
     if np.any(bad):
         raise ValueError(f"unknown shape kind(s) {np.unique(kind[bad]).tolist()}")
     return p
