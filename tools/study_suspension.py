@@ -6,7 +6,8 @@ resolutions; records per step the constraint rows, active constraints, solver it
 wall time and the max smooth-surface overlap; writes results/suspension.csv, results/suspension_summary.csv
 (with the ReLCP / LCP-MS ratios) and results/suspension.png.
 
-    mpirun -n 2 .venv/bin/python tools/study_suspension.py [--steps 40] [--resolutions 4,8] [--count 10000]
+    mpirun -n 2 .venv/bin/python tools/study_suspension.py [--deck input_decks/ellipsoid_suspension.yaml]
+        [--steps N (default: the deck's)] [--resolutions 4,8] [--count N (resize the lattice)]
 """
 import argparse
 import copy
@@ -14,36 +15,41 @@ import copy
 from study_common import machine, plt, run_rows, write_csv
 
 
-def dense_deck(count, steps, dt):
-    from relcp_mpi.config.deck import validate
-    height = 22.0                                           # 11 layers at lattice spacing 2 = 2 x bounding radius
-    side = 2.0 * max(int((count / 11.0) ** 0.5 + 0.999), 2)
-    raw = {
-        "name": "suspension_study", "seed": 2025, "time": {"dt": dt, "steps": steps},
-        "box": {"lo": [0, 0, 0], "hi": [side, side, height + 10], "periodic": [True, True, False]},
-        "walls": [{"point": [0, 0, 0], "normal": [0, 0, 1]}],
-        "forces": {"body_force": [0.0, 0.0, -10.0]},
-        "generate": [{"shape": "ellipsoid", "axes": [1.0, 0.5, 0.5], "count": count, "method": "lattice",
-                      "orientation": "random", "region": {"lo": [0, 0, 0], "hi": [side, side, height]}}],
-        "contact": {"model": "relcp", "overlap_tol": 1e-3, "skin": 0.3, "initial_overlap_tol": 1e-3},
-        "solver": {"method": "bbpgd", "tol": 1e-4},
-        "parallel": {"decomposition": "rcb"},
-        "output": {"trajectory_every": 0, "progress_every": 0},
-    }
-    return validate(raw)
+def load_deck(path, steps=None, count=None):
+    """The study deck (default input_decks/ellipsoid_suspension.yaml), optionally shortened or resized."""
+    from relcp_mpi.config.deck import load, validate
+    deck, text = load(path)
+    if steps is not None:
+        deck["time"]["steps"] = int(steps)
+    if count is not None:                       # smaller systems for a quick look: keep the layer height
+        raw = yaml_safe(text)
+        g = raw["generate"][0]
+        side = 2.0 * max(int((count / 11.0) ** 0.5 + 0.999), 2)
+        g["count"] = int(count)
+        g["region"] = {"lo": [0, 0, 0], "hi": [side, side, 22.0]}
+        raw["box"]["hi"] = [side, side, raw["box"]["hi"][2]]
+        raw["time"]["steps"] = deck["time"]["steps"]
+        deck = validate(raw)
+    deck["output"]["progress_every"] = 0
+    return deck
+
+
+def yaml_safe(text):
+    import yaml
+    return yaml.safe_load(text)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--count", type=int, default=10000)
-    ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--dt", type=float, default=0.05)
+    ap.add_argument("--deck", default="input_decks/ellipsoid_suspension.yaml")
+    ap.add_argument("--count", type=int, default=None)
+    ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--resolutions", default="4,8")
     ap.add_argument("--out", default="results")
     a = ap.parse_args()
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
-    base = dense_deck(a.count, a.steps, a.dt)
+    base = load_deck(a.deck, a.steps, a.count)
     runs = [("relcp", None)] + [("multisphere", int(r)) for r in a.resolutions.split(",")]
     rows, summary = [], []
     for model, res in runs:
