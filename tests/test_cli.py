@@ -55,22 +55,28 @@ BAD_DECKS = {
 }
 
 
+def _run_bad_deck(deck, out, n):
+    """Run a bad deck on n ranks: exit 2 within the time limit, one error line (rank 0) naming the deck file,
+    no traceback, nothing written.  Returns stdout + stderr."""
+    r, dt = run_cli(["run", deck, "--output", out], n=None if n == 1 else n, timeout=2 * TIME_LIMIT)
+    both = r.stdout + r.stderr
+    assert r.returncode == 2, both
+    assert dt < TIME_LIMIT
+    errors = [ln for ln in both.splitlines() if ln.startswith("relcp-mpi: error:")]
+    assert len(errors) == 1 and deck in errors[0], both
+    assert "Traceback" not in both
+    assert not out.exists()
+    return both
+
+
 @pytest.mark.parametrize("n", [1, 4])
 @pytest.mark.parametrize("case", sorted(BAD_DECKS))
 def test_bad_deck_exit_2_one_message(tmp_path, case, n):
     text, problem = BAD_DECKS[case]
     deck = write_deck(tmp_path / f"{case}.yaml", text)
     out = tmp_path / "out"
-    r, dt = run_cli(["run", deck, "--output", out], n=None if n == 1 else n, timeout=2 * TIME_LIMIT)
-    both = r.stdout + r.stderr
-    assert r.returncode == 2, both
-    assert dt < TIME_LIMIT
-    errors = [ln for ln in both.splitlines() if ln.startswith("relcp-mpi: error:")]
-    assert len(errors) == 1, both                                   # printed once (rank 0)
-    assert deck in errors[0]                                        # names the file ...
+    both = _run_bad_deck(deck, out, n)
     assert both.count(problem) == 1, both                           # ... and the key / body, once
-    assert "Traceback" not in both
-    assert not out.exists()                                         # nothing written
 
 
 SMALL_PERIODIC_BOX = BASE + """box: {lo: [-2, -2, -2], hi: [2, 2, 2], periodic: [true, true, true]}
@@ -87,12 +93,7 @@ def test_periodic_box_too_small_for_ghost_width_exit_2(tmp_path, n):
     checked (after the schema), reported once on rank 0, exit 2 on every rank, nothing written."""
     deck = write_deck(tmp_path / "tiny.yaml", SMALL_PERIODIC_BOX)
     out = tmp_path / "out"
-    r, dt = run_cli(["run", deck, "--output", out], n=None if n == 1 else n, timeout=2 * TIME_LIMIT)
-    both = r.stdout + r.stderr
-    assert r.returncode == 2, both
-    assert dt < TIME_LIMIT
-    errors = [ln for ln in both.splitlines() if ln.startswith("relcp-mpi: error:")]
-    assert len(errors) == 1 and deck in errors[0], both
+    both = _run_bad_deck(deck, out, n)
     problem = "box: ghost width 2 (2 x largest bounding radius + 2 x contact.skin) is too large for periodic axis x"
     assert both.count(problem) == 1, both
     for s in ("of length 4", "< L/2 = 2", "enlarge the box along x", "reduce contact.skin"):
