@@ -15,8 +15,11 @@ def machine():
     return f"{platform.node()} {platform.machine()} {multiprocessing.cpu_count()} cores, Python {platform.python_version()}"
 
 
-def run_rows(deck, text="", comm=None, label="", every=1, on_step=None):
-    """Run a validated deck; return one dict per step (diagnostics + wall time of the step)."""
+def run_rows(deck, text="", comm=None, label="", every=1, on_step=None, stop=None):
+    """Run a validated deck; return one dict per step (diagnostics + wall time of the step).
+
+    ``on_step(sim, row)`` is called after every step; ``stop(sim, row)`` (optional) ends the run early when it
+    returns True -- it must return the same on every rank (base it on global quantities)."""
     from mpi4py import MPI
     from relcp_mpi.simulation import Simulation
     comm = comm or MPI.COMM_WORLD
@@ -36,6 +39,8 @@ def run_rows(deck, text="", comm=None, label="", every=1, on_step=None):
             rows.append(row)
             if on_step:
                 on_step(sim, row)
+            if stop is not None and stop(sim, row):
+                break
     finally:
         sim.solver.free()
     return sim, rows
