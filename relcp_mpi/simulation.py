@@ -163,7 +163,7 @@ class Simulation:
             return
         w = self._work_per_body if len(self._work_per_body) == len(self.bodies) else np.ones(len(self.bodies))
         imb = pdecomp.imbalance(float(w.sum()), self.comm)
-        self.diag["imbalance"] = float(imb)
+        self._imbalance = float(imb)
         if pdecomp.should_rebalance(self.step, par["rebalance_every"], imb, par["imbalance_threshold"]):
             with self.timer.stage("rebalance"):
                 self.decomp = pdecomp.RCBDecomposition(self.box, self.comm, self.box.wrap(self.bodies.x), w)
@@ -320,7 +320,9 @@ class Simulation:
         self.warm = res.warm_table()
         self.step += 1
         self.time += self.dt
-        self.diag = res.diagnostics
+        self.diag = dict(res.diagnostics)
+        if getattr(self, "_imbalance", None) is not None:
+            self.diag["imbalance"] = self._imbalance      # measured at the last rebalance check
         return res
 
     def run(self, progress_stream=None):

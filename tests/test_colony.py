@@ -56,3 +56,6 @@ def test_colony_rank_count_independence():
     assert np.array_equal(g1, g2)
     assert np.allclose(x1, x2, atol=1e-4)
     assert max(x["max_overlap"] for x in dpar) <= 1e-3
+    # the imbalance measured at the rebalance checks (every 5 steps) is reported in the diagnostics, >= 1
+    imb = [x["imbalance"] for x in dpar if "imbalance" in x]
+    assert len(imb) >= len(dpar) - 5 and min(imb) >= 1.0
