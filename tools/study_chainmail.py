@@ -16,12 +16,11 @@ About 1.5 minutes on one core (defaults):
         [--steps 240] [--deck input_decks/chainmail.yaml] [--out results]
 """
 import argparse
-import copy
 import sys
 
 import numpy as np
 
-from study_common import machine, plt, run_rows, write_csv
+from study_common import machine, model_variants, plt, run_rows, step_line, write_csv
 
 
 def _all_bodies(sim):
@@ -74,28 +73,20 @@ def main():
         base["time"]["steps"] = a.steps
     tol = float(base["contact"]["overlap_tol"])
     pairs = initially_linked(base)
-    runs = [("relcp", None)] + [("multisphere", int(r)) for r in a.resolutions.split(",") if r]
     rows, summary = [], []
-    for model, res in runs:
-        d = copy.deepcopy(base)
-        d["contact"]["model"] = model
-        if res:
-            d["contact"]["ms_resolution"] = res
-        label = f"{model}{res or ''}"
+    for label, d in model_variants(base, a.resolutions):
 
         def on_step(sim, row):
             nl, smin, zmin = link_state(sim, pairs)
             row.update(linked=nl, min_link_sep=smin, z_min=zmin)
             if comm.rank == 0 and row["step"] % 20 == 0:
-                print(f"  {label} step {row['step']}: rows {row['constraints']} active {row['active']} "
-                      f"iters {row['iterations']} depth {row['depth']} overlap {row['max_overlap']:.2e} "
-                      f"linked {nl}/{len(pairs)} z_min {zmin:.3f} wall {row['wall_s']:.3f}s", flush=True)
+                print(step_line(label, row, f" linked {nl}/{len(pairs)} z_min {zmin:.3f}"), flush=True)
         sim, r = run_rows(d, comm=comm, label=label, on_step=on_step)
         keep = ("step", "time", "constraints", "active", "depth", "iterations", "max_overlap", "wall_s",
                 "linked", "min_link_sep", "z_min")
         r = [dict(model=label, **{k: x[k] for k in keep}) for x in r]
         rows += r
-        summary.append({"model": label, "ms_resolution": res or "", "ranks": comm.size, "bodies": sim.n_global,
+        summary.append({"model": label, "ms_resolution": d["contact"]["ms_resolution"] if label != "relcp" else "", "ranks": comm.size, "bodies": sim.n_global,
                         "steps": len(r), "dt": d["time"]["dt"], "overlap_tol": tol,
                         "max_overlap": max(x["max_overlap"] for x in r),
                         "steps_over_tol": sum(x["max_overlap"] > tol for x in r),

@@ -65,3 +65,28 @@ def plt():
     matplotlib.use("Agg")
     import matplotlib.pyplot as p
     return p
+
+
+def model_variants(base, resolutions):
+    """[(label, deck)] for ReLCP and the multi-sphere baseline at each resolution (comma list or iterable).
+
+    Each deck is a deep copy of ``base`` with ``contact.model`` (and ``contact.ms_resolution``) set; labels are
+    'relcp' and 'multisphere<res>'."""
+    import copy
+    if isinstance(resolutions, str):
+        resolutions = [int(r) for r in resolutions.split(",") if r.strip()]
+    out = []
+    for model, res in [("relcp", None)] + [("multisphere", int(r)) for r in resolutions]:
+        d = copy.deepcopy(base)
+        d["contact"]["model"] = model
+        if res:
+            d["contact"]["ms_resolution"] = res
+        out.append((f"{model}{res or ''}", d))
+    return out
+
+
+def step_line(label, row, extra=""):
+    """One progress line of a study step (rows, active, iterations, depth, overlap, wall)."""
+    return (f"  {label} step {row['step']}: rows {row['constraints']} active {row['active']} "
+            f"iters {row['iterations']} depth {row['depth']} overlap {row['max_overlap']:.2e}{extra} "
+            f"wall {row['wall_s']:.3f}s")

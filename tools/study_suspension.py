@@ -10,9 +10,8 @@ wall time and the max smooth-surface overlap; writes results/suspension.csv, res
         [--steps N (default: the deck's)] [--resolutions 4,8] [--count N (resize the lattice)]
 """
 import argparse
-import copy
 
-from study_common import machine, plt, run_rows, write_csv
+from study_common import machine, model_variants, plt, run_rows, step_line, write_csv
 
 
 def load_deck(path, steps=None, count=None):
@@ -50,20 +49,12 @@ def main():
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
     base = load_deck(a.deck, a.steps, a.count)
-    runs = [("relcp", None)] + [("multisphere", int(r)) for r in a.resolutions.split(",")]
     rows, summary = [], []
-    for model, res in runs:
-        d = copy.deepcopy(base)
-        d["contact"]["model"] = model
-        if res:
-            d["contact"]["ms_resolution"] = res
-        label = f"{model}{res or ''}"
+    for label, d in model_variants(base, a.resolutions):
 
         def show(sim, row):
             if comm.rank == 0 and row["step"] % 10 == 0:
-                print(f"  {label} step {row['step']}: rows {row['constraints']} active {row['active']} "
-                      f"iters {row['iterations']} depth {row['depth']} overlap {row['max_overlap']:.2e} "
-                      f"wall {row['wall_s']:.2f}s", flush=True)
+                print(step_line(label, row), flush=True)
         sim, r = run_rows(d, comm=comm, label=label, on_step=show)
         for x in r:
             x["model"] = label
