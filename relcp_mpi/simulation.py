@@ -285,12 +285,69 @@ class Simulation:
 
     # ------------------------------------------------------------------------------------------------
     def step_once(self):
+        """One step of the deck's dt (collective); returns the StepResult of the (last) sub-step.
+
+        With ``time.max_halvings = k > 0``, a step whose LCP solve fails (``SolverError``, e.g. an infeasible
+        grown LCP) or that reaches the recursion limit (``RecursionDepthError``) -- both global decisions, so
+        every rank takes the same branch -- is undone and redone as two steps of dt/2, recursively down to
+        dt/2^k; the sub-steps count as one step (``diag['substeps']``).  Without it such a step ends the run."""
+        k = int(self.deck["time"].get("max_halvings") or 0)
+        if k <= 0:
+            return self._single_step(self.dt)
+        from relcp_mpi.solver.lcp import SolverError
+        from relcp_mpi.stepper.relcp import RecursionDepthError
+        step0 = self.step
+        diags = []
+
+        def run(dt, level):
+            snap = self._snapshot()
+            try:
+                res = self._single_step(dt)
+                diags.append(dict(self.diag))
+                return res
+            except (SolverError, RecursionDepthError) as exc:
+                if level >= k:
+                    raise
+                if self.comm.rank == 0:
+                    print(f"relcp-mpi: step {step0 + 1}: {type(exc).__name__} at dt={dt:g}; redoing it as two "
+                          f"steps of dt={dt / 2:g}", flush=True)
+                self._restore(snap)
+                run(dt / 2, level + 1)
+                return run(dt / 2, level + 1)
+
+        res = run(self.dt, 0)
+        self.step = step0 + 1
+        d = dict(diags[-1])
+        d["max_overlap"] = max(x["max_overlap"] for x in diags)
+        d["depth"] = max(x["depth"] for x in diags)
+        d["iterations"] = sum(x["iterations"] for x in diags)
+        d["substeps"] = len(diags)
+        self.diag = d
+        return res
+
+    def _snapshot(self):
+        """What a step changes, so a failed step can be undone (collective-free)."""
+        return dict(bodies=self.bodies.copy(), warm=self.warm, next_gid=self.next_gid, n_global=self.n_global,
+                    decomp=self.decomp, n_rebalances=self.n_rebalances, work=self._work_per_body,
+                    rmax=self.rmax, ghost_width=self.ghost_width, step=self.step, time=self.time,
+                    imbalance=getattr(self, "_imbalance", None))
+
+    def _restore(self, snap):
+        self.bodies = snap["bodies"].copy()
+        self.warm, self.next_gid, self.n_global = snap["warm"], snap["next_gid"], snap["n_global"]
+        self.decomp, self.n_rebalances, self._work_per_body = snap["decomp"], snap["n_rebalances"], snap["work"]
+        self.rmax, self.ghost_width, self.step, self.time = snap["rmax"], snap["ghost_width"], snap["step"], \
+            snap["time"]
+        self._imbalance = snap["imbalance"]
+
+    def _single_step(self, dt):
         comm = self.comm
+        self.params.dt = dt
         self._rebalance_if_needed()
         if self.has_growth:
             # growth and division act at the start of the step, so the step's LCP resolves the new overlaps
             with self.timer.stage("growth"):
-                grow(self.bodies, self.dt)
+                grow(self.bodies, dt)
                 self.bodies, self.next_gid, ndiv = divide(self.bodies, comm, self.next_gid, self.deck["seed"],
                                                           self.step)
                 if ndiv:
@@ -319,7 +376,7 @@ class Simulation:
         self._work_per_body = 1.0 + np.bincount(own, minlength=len(b))
         self.warm = res.warm_table()
         self.step += 1
-        self.time += self.dt
+        self.time += dt
         self.diag = dict(res.diagnostics)
         if getattr(self, "_imbalance", None) is not None:
             self.diag["imbalance"] = self._imbalance      # measured at the last rebalance check

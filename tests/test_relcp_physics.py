@@ -119,3 +119,25 @@ def test_multisphere_baseline_runs_on_ellipsoids_with_more_rows():
     ms, dms = run_sim(d, comm=SELF)
     _, drl = run_sim(_ellipsoid_deck("relcp", 0.1), comm=SELF)
     assert max(x["constraints"] for x in dms) > 10 * max(x["constraints"] for x in drl)
+
+
+def test_failed_step_is_redone_with_halved_dt():
+    """time.max_halvings: a step that reaches the recursion limit is undone and redone as sub-steps of dt/2^k
+    (same final time, overlap still below tolerance); without it the same deck stops with the error."""
+    from relcp_mpi.stepper.relcp import RecursionDepthError
+    dt, T = 0.2, 6.0
+    deck = _ellipsoid_deck("relcp", dt, T)
+    deck["contact"]["max_depth"] = 1                  # any step needing an appended row fails
+    with pytest.raises(RecursionDepthError):
+        run_sim(deck, comm=SELF)
+    deck["time"]["max_halvings"] = 3
+    sim, diags = run_sim(deck, comm=SELF)
+    assert sim.step == int(round(T / dt)) and sim.time == pytest.approx(T)
+    sub = [d.get("substeps", 1) for d in diags]
+    assert max(sub) >= 2 and min(sub) == 1               # some steps were subdivided, not all
+    assert max(d["max_overlap"] for d in diags) <= 1e-3
+    assert max(d["depth"] for d in diags) == 0           # every accepted (sub-)step needed no appended row
+    # the subdivided run follows the reference run at the finest dt closely
+    ref = _ellipsoid_deck("relcp", dt / 8, T)
+    rsim, _ = run_sim(ref, comm=SELF)
+    assert np.allclose(np.sort(sim.bodies.x[:, 0]), np.sort(rsim.bodies.x[:, 0]), atol=0.25)
