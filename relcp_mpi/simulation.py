@@ -101,7 +101,7 @@ class Simulation:
         self.mu = float(deck["fluid"]["viscosity"])
         self.step = step
         self.time = time0
-        self.warm = warm or (None, None)
+        self.warm = warm or (None, None)      # (keys (c,), values (c, 4)): see StepResult.warm_table
         self.diag = {}
         if bodies is None:
             allb = build_bodies(deck)                 # identical on every rank
@@ -197,7 +197,6 @@ class Simulation:
         if keys is None:
             keys = np.zeros(0, dtype=[("a", np.int64), ("b", np.int64), ("k", np.int64)])
             vals = np.zeros((0, 4))
-        vals = _warm_2d(vals)
         b = self.bodies
         order = np.argsort(b.gid)
         pos = np.searchsorted(b.gid[order], keys["a"])
@@ -228,7 +227,7 @@ class Simulation:
         if warm_keys is None or len(warm_keys) == 0:
             keys, vals = np.zeros(0, dtype=kdt), np.zeros((0, 4))
         else:
-            keys, vals = np.asarray(warm_keys), _warm_2d(warm_vals)
+            keys, vals = np.asarray(warm_keys), np.asarray(warm_vals, dtype=np.float64)
         # int64 rows (the multiplier and the hint travel as their bit patterns: exact)
         rows = np.zeros((len(keys), 7), dtype=np.int64)
         if len(keys):
@@ -459,9 +458,8 @@ class Simulation:
         keys, vals = self.warm
         warm = None
         if keys is not None:
-            v = _warm_2d(vals)
-            warm = {"gid_i": keys["a"], "gid_j": keys["b"], "sub": keys["k"], "gamma": v[:, 0],
-                    "hint_x": v[:, 1], "hint_y": v[:, 2], "hint_z": v[:, 3]}
+            warm = {"gid_i": keys["a"], "gid_j": keys["b"], "sub": keys["k"], "gamma": vals[:, 0],
+                    "hint_x": vals[:, 1], "hint_y": vals[:, 2], "hint_z": vals[:, 3]}
         meta = {"step": int(self.step), "time": float(self.time), "dt": float(self.dt),
                 "deck": self.deck_text if self.deck_text else self.deck,
                 "seed": int(self.deck["seed"]), "next_gid": int(self.next_gid), "n_steps": int(self.n_steps),
@@ -587,13 +585,3 @@ class Simulation:
                 f"iterations={d.get('iterations', 0)} max_overlap={d.get('max_overlap', 0.0):.3e} "
                 f"(overlap_tol {self.params.overlap_tol:g})\n"
                 f"wall time {wall:.3f} s, {nrun / max(wall, 1e-300):.2f} steps/s\n" + stages)
-
-
-def _warm_2d(vals):
-    """Warm-start values as (c, 4) float64: multiplier and geometry hint (NaN hint when none is known)."""
-    v = np.asarray(vals, dtype=np.float64)
-    if v.ndim == 2 and v.shape[1] == 4:
-        return v
-    out = np.full((len(v), 4), np.nan)
-    out[:, 0] = v.reshape(-1) if v.ndim == 1 else v[:, 0]
-    return out

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from relcp_mpi.contact.constraints import ConstraintTable, assemble_D, match_keys
+from relcp_mpi.contact.constraints import ConstraintTable, assemble_D, lookup_keys, match_keys
 from relcp_mpi.bodies.shapes import ELLIPSOID
 from relcp_mpi.contact.neighbors import candidate_pairs, wall_candidates
 from relcp_mpi.geometry.contact import pair_snsd, wall_snsd
@@ -71,8 +71,8 @@ class StepInput:
     wall_normals: np.ndarray  # (W, 3)
     refresh: object          # callable(x_owned, q_owned) -> (x_ghost, q_ghost), collective
     warm_keys: np.ndarray = None     # (c_prev,) structured (gid_i, gid_j, sub) keys of the previous step's rows
-    warm_values: np.ndarray = None   # (c_prev,) multipliers, or (c_prev, 4): multiplier and a geometry hint
-                                     # (the pair's latest normal, NaN if none) used to warm-start level 0
+    warm_values: np.ndarray = None   # (c_prev, 4): multiplier and a geometry hint (the pair's latest normal,
+                                     # NaN if none) used to warm-start level 0 (see StepResult.warm_table)
 
 
 @dataclass
@@ -133,11 +133,9 @@ class _HintCache:
     def get(self, ia, ib):
         """(m, 3) latest normals of pairs (ia, ib), NaN rows for pairs never evaluated this step."""
         out = np.full((len(ia), 3), np.nan)
-        if len(ia) and len(self.keys):
-            k = ia.astype(np.int64) * self.base + ib
-            pos = np.minimum(np.searchsorted(self.keys, k), len(self.keys) - 1)
-            hit = self.keys[pos] == k
-            out[hit] = self.normals[pos[hit]]
+        idx = lookup_keys(ia.astype(np.int64) * self.base + ib, self.keys)
+        hit = idx >= 0
+        out[hit] = self.normals[idx[hit]]
         return out
 
     def update(self, ia, ib, normals):
@@ -164,13 +162,11 @@ def _any_ellipsoid_pair(inp, ia, ib):
 
 def _level0_hint(inp, ia, ib):
     """Geometry hints for the level-0 pairs from the warm-start table (rows with sub = 0), or None."""
-    wv = inp.warm_values
-    if inp.warm_keys is None or wv is None or np.ndim(wv) != 2 or len(ia) == 0 or \
-            not _any_ellipsoid_pair(inp, ia, ib):
+    if inp.warm_keys is None or len(ia) == 0 or not _any_ellipsoid_pair(inp, ia, ib):
         return None
     keys = np.empty(len(ia), dtype=inp.warm_keys.dtype)
     keys["a"], keys["b"], keys["k"] = inp.gid[ia], inp.gid[ib], 0
-    return match_keys(keys, inp.warm_keys, np.asarray(wv)[:, 1:4], default=np.nan)
+    return match_keys(keys, inp.warm_keys, inp.warm_values[:, 1:4], default=np.nan)
 
 
 def _wall_geometry(inp, X, Q, wb, ww):
@@ -267,11 +263,8 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
     cand_pairs = np.stack([ia, ib], axis=1)
     cand_walls = np.stack([wb, ww], axis=1)
 
-    if inp.warm_keys is not None and inp.warm_values is not None:
-        wv = np.asarray(inp.warm_values, dtype=float)
-        gamma = match_keys(table.keys(), inp.warm_keys, wv[:, 0] if wv.ndim == 2 else wv)
-    else:
-        gamma = np.zeros(len(table))
+    gamma = match_keys(table.keys(), inp.warm_keys, inp.warm_values[:, 0]) if inp.warm_keys is not None \
+        else np.zeros(len(table))
     depth = 0
     iters_total = 0
     history = []
@@ -353,8 +346,6 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
         # pairs certified non-overlapping by a support-function bound cannot need a row (nor raise the overlap)
         maybe = _screen(inp, Xt, Qt, pa, pb, hint, 0.0)
         pa, pb, hint = pa[maybe], pb[maybe], hint[maybe]
-        if not _any_ellipsoid_pair(inp, pa, pb):
-            hint = None
         tgeo = _pair_geometry(inp, Xt, Qt, pa, pb, prm.geometry_tol, hint=hint)
         cache.update(pa, pb, tgeo.normal)
         twgeo = _wall_geometry(inp, Xt, Qt, cw[:, 0], cw[:, 1])
@@ -387,16 +378,13 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
     diag = dict(constraints=int(n_global), active=int(n_active), depth=int(depth), iterations=int(iters_total),
                 max_overlap=float(max(0.0, -min_sep)) if np.isfinite(min_sep) else 0.0,
                 residual=float(max(history) if history else 0.0))
-    # next step's geometry hints: the latest normal of each row's pair (evaluated at the committed
-    # configuration when the pair was in the last trial check); walls and sub-rows keep their own normal
+    # next step's geometry hints: the latest normal of each body-pair row's pair (evaluated at the committed
+    # configuration when the pair was in the last trial check); wall rows keep their own normal
     hint = table.normal.copy()
-    body = table.ib >= 0
-    if np.any(body):
-        h = cache.get(table.ia[body], table.ib[body])
-        ok = np.all(np.isfinite(h), axis=1)
-        hb = hint[body]
-        hb[ok] = h[ok]
-        hint[body] = hb
+    body = np.flatnonzero(table.ib >= 0)
+    h = cache.get(table.ia[body], table.ib[body])
+    ok = np.all(np.isfinite(h), axis=1)
+    hint[body[ok]] = h[ok]
     return StepResult(x=xt, q=qt, U=U_trial, F=F, table=table, gamma=gamma, diagnostics=diag, hint=hint)
 
 
