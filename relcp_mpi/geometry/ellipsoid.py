@@ -289,23 +289,28 @@ def _pack(d, Mi6, Mj6, S):
     return P
 
 
+def _ee_support(P, U):
+    """Support data of both ellipsoids at unit directions U (3, n): (M_i u (3 arrays), r_i = sqrt(u.M_i u),
+    M_j u (3 arrays), r_j)."""
+    ux, uy, uz = U
+    a = _mv(P[3:9], ux, uy, uz)
+    ri = np.sqrt(ux * a[0] + uy * a[1] + uz * a[2])
+    b = _mv(P[9:15], ux, uy, uz)
+    rj = np.sqrt(ux * b[0] + uy * b[1] + uz * b[2])
+    return a, ri, b, rj
+
+
 def _ee_f(P, U):
     """f(u) = d.u - r_i(u) - r_j(u) for packed pairs P (16, n) and unit directions U (3, n)."""
     ux, uy, uz = U
-    ax, ay, az = _mv(P[3:9], ux, uy, uz)
-    ri = np.sqrt(ux * ax + uy * ay + uz * az)
-    bx, by, bz = _mv(P[9:15], ux, uy, uz)
-    rj = np.sqrt(ux * bx + uy * by + uz * bz)
+    _, ri, _, rj = _ee_support(P, U)
     return P[0] * ux + P[1] * uy + P[2] * uz - ri - rj
 
 
 def _ee_fgap(P, U):
     """f(u) and the duality gap ``|p_i - p_j| - f`` with ``p_i - p_j = d - M_i u/r_i - M_j u/r_j``."""
     ux, uy, uz = U
-    ax, ay, az = _mv(P[3:9], ux, uy, uz)
-    ri = np.sqrt(ux * ax + uy * ay + uz * az)
-    bx, by, bz = _mv(P[9:15], ux, uy, uz)
-    rj = np.sqrt(ux * bx + uy * by + uz * bz)
+    (ax, ay, az), ri, (bx, by, bz), rj = _ee_support(P, U)
     f = P[0] * ux + P[1] * uy + P[2] * uz - ri - rj
     gx = P[0] - ax / ri - bx / rj
     gy = P[1] - ay / ri - by / rj
@@ -316,10 +321,8 @@ def _ee_fgap(P, U):
 def _ee_tgrad(P, U):
     """Norm of the tangent gradient ``|g - (u.g) u|`` at the unit directions U."""
     ux, uy, uz = U
-    ax, ay, az = _mv(P[3:9], ux, uy, uz)
-    qi = 1.0 / np.sqrt(ux * ax + uy * ay + uz * az)
-    bx, by, bz = _mv(P[9:15], ux, uy, uz)
-    qj = 1.0 / np.sqrt(ux * bx + uy * by + uz * bz)
+    (ax, ay, az), ri, (bx, by, bz), rj = _ee_support(P, U)
+    qi, qj = 1.0 / ri, 1.0 / rj
     gx = P[0] - ax * qi - bx * qj
     gy = P[1] - ay * qi - by * qj
     gz = P[2] - az * qi - bz * qj
