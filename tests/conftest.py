@@ -15,3 +15,28 @@ os.environ.setdefault("H5PY_ALWAYS_USE_MPI", "1")
 def rng():
     import numpy as np
     return np.random.default_rng(12345)
+
+
+@pytest.fixture
+def hang_guard(request):
+    """A hang (e.g. a collective call one rank skipped) kills the process after the test module's HANG_TIMEOUT
+    (default 60 s) and dumps the stacks, so the test run fails instead of blocking."""
+    import faulthandler
+    faulthandler.dump_traceback_later(getattr(request.module, "HANG_TIMEOUT", 60), exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.fixture
+def shared_dir():
+    """A temporary directory every rank of COMM_WORLD sees (created by rank 0, removed after the test)."""
+    import shutil
+    import tempfile
+
+    from mpi4py import MPI
+    world = MPI.COMM_WORLD
+    d = world.bcast(tempfile.mkdtemp(prefix="relcp_test_") if world.rank == 0 else None, root=0)
+    yield d
+    world.Barrier()
+    if world.rank == 0:
+        shutil.rmtree(d, ignore_errors=True)

@@ -4,13 +4,11 @@ SIGKILL, retention, corruption detection, deck compatibility.
 Serial:  /usr/bin/python3 -m pytest tests/test_io_checkpoint.py -q
 MPI:     mpirun -n 4 /usr/bin/python3 -m pytest --with-mpi tests/test_io_checkpoint.py -q
 """
-import faulthandler
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 
@@ -35,23 +33,6 @@ HANG_TIMEOUT = 60
 
 # ------------------------------------------------------------------------------------------------
 # fixtures and helpers
-@pytest.fixture
-def hang_guard():
-    """A hang (e.g. a collective HDF5 call a rank skipped) kills the process after HANG_TIMEOUT s and
-    dumps the stacks, so the test run fails instead of blocking."""
-    faulthandler.dump_traceback_later(HANG_TIMEOUT, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
-
-
-@pytest.fixture
-def shared_dir():
-    """A directory every rank of COMM_WORLD sees (created by rank 0)."""
-    d = WORLD.bcast(tempfile.mkdtemp(prefix="relcp_io_") if WORLD.rank == 0 else None, root=0)
-    yield d
-    WORLD.Barrier()
-    if WORLD.rank == 0:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def global_bodies(n, seed=7):

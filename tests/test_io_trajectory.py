@@ -3,10 +3,7 @@
 Serial:  /usr/bin/python3 -m pytest tests/test_io_trajectory.py -q
 MPI:     mpirun -n 4 /usr/bin/python3 -m pytest --with-mpi tests/test_io_trajectory.py -q
 """
-import faulthandler
 import os
-import shutil
-import tempfile
 import xml.etree.ElementTree as ET
 
 import numpy as np
@@ -27,22 +24,6 @@ from relcp_mpi.io.trajectory import (TrajectoryError, TrajectoryWriter, list_fra
 WORLD = MPI.COMM_WORLD
 UNDER_LAUNCHER = any(k in os.environ for k in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"))
 serial_only = pytest.mark.skipif(WORLD.size > 1 or UNDER_LAUNCHER, reason="serial test; run without mpirun")
-
-
-@pytest.fixture
-def hang_guard():
-    faulthandler.dump_traceback_later(60, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
-
-
-@pytest.fixture
-def shared_dir():
-    d = WORLD.bcast(tempfile.mkdtemp(prefix="relcp_traj_") if WORLD.rank == 0 else None, root=0)
-    yield d
-    WORLD.Barrier()
-    if WORLD.rank == 0:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def bodies_at(step, n=23):

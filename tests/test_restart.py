@@ -5,13 +5,11 @@ and rejection of missing / truncated / corrupt / incompatible checkpoints withou
 MPI:     mpirun -n 2 tools/mpi_pytest.sh -q --with-mpi -m "mpi and not slow" tests/test_restart.py  (and -n 4)
 Serial:  .venv/bin/python -m pytest tests/test_restart.py -q   (the subprocess tests: serial only)
 """
-import faulthandler
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -73,22 +71,6 @@ def run_fresh(deck, comm):
 
 def state(sim):
     return {f: gather_by_gid(sim, f) for f in FIELDS}
-
-
-@pytest.fixture
-def hang_guard():
-    faulthandler.dump_traceback_later(HANG_TIMEOUT, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
-
-
-@pytest.fixture
-def shared_dir():
-    d = WORLD.bcast(tempfile.mkdtemp(prefix="relcp_restart_") if WORLD.rank == 0 else None, root=0)
-    yield d
-    WORLD.Barrier()
-    if WORLD.rank == 0:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 # ------------------------------------------------------------------------------------------------
