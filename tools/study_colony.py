@@ -61,18 +61,12 @@ STEP_FAILURES = ("SolverError", "RecursionDepthError")
 
 
 def _snapshot(sim):
-    """What Simulation.step_once changes, so a failed step can be undone (bodies are copied; the other
-    entries are replaced, not mutated, by step_once)."""
-    return dict(bodies=sim.bodies.copy(), warm=sim.warm, next_gid=sim.next_gid, n_global=sim.n_global,
-                decomp=sim.decomp, n_rebalances=sim.n_rebalances, work=sim._work_per_body, rmax=sim.rmax,
-                ghost_width=sim.ghost_width, step=sim.step, time=sim.time, diag=dict(sim.diag))
+    """What Simulation.step_once changes (Simulation._snapshot) plus the diagnostics of the last step."""
+    return dict(sim._snapshot(), diag=dict(sim.diag))
 
 
 def _restore(sim, snap):
-    sim.bodies = snap["bodies"].copy()
-    sim.warm, sim.next_gid, sim.n_global = snap["warm"], snap["next_gid"], snap["n_global"]
-    sim.decomp, sim.n_rebalances, sim._work_per_body = snap["decomp"], snap["n_rebalances"], snap["work"]
-    sim.rmax, sim.ghost_width, sim.step, sim.time = snap["rmax"], snap["ghost_width"], snap["step"], snap["time"]
+    sim._restore(snap)
     sim.diag = dict(snap["diag"])
 
 
