@@ -9,6 +9,7 @@ Arrays (c = number of local constraints):
 
 * ``ia``, ``ib`` int64 (c,)  indices into the rank's combined [owned, ghost] body arrays (ib = -1 for walls)
 * ``gid_i``, ``gid_j``, ``sub`` int64 (c,)
+* ``level`` int64 (c,): the recursion level that appended the row (0 = rows of the start configuration)
 * ``normal`` (c, 3), ``r_i`` (c, 3), ``r_j`` (c, 3): unit normal (j -> i) and lever arms p - x of the witness
   points relative to the body centres, at the configuration where the row was generated
 * ``q`` (c,): the LCP constant in length units, q = Phi0 + dt D^T U_ext (see ``stepper.relcp``)
@@ -18,7 +19,8 @@ import numpy as np
 
 from relcp_mpi.petsc import get_petsc
 
-_INT = ("ia", "ib", "gid_i", "gid_j", "sub")
+_INT = ("ia", "ib", "gid_i", "gid_j", "sub", "level")
+_OPTIONAL = {"level": 0}        # columns that may be omitted in append (filled with this value)
 _VEC = ("normal", "r_i", "r_j")
 _SCAL = ("q", "sep0")
 
@@ -38,10 +40,10 @@ class ConstraintTable:
         return len(self.ia)
 
     def append(self, **cols):
-        """Append rows; every field must be given, with equal lengths."""
-        n = None
+        """Append rows; every field but those of ``_OPTIONAL`` must be given, with equal lengths."""
+        n = len(np.asarray(cols["ia"]))
         for f in _INT + _VEC + _SCAL:
-            a = np.asarray(cols[f])
+            a = np.asarray(cols[f]) if f in cols or f not in _OPTIONAL else np.full(n, _OPTIONAL[f])
             n = len(a) if n is None else n
             if len(a) != n:
                 raise ValueError(f"constraint column {f} has length {len(a)}, expected {n}")

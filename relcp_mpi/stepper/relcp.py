@@ -367,11 +367,13 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
         level_start = len(table)
         sub_counts = _next_sub(table, inp.gid[pa[bad_p]], inp.gid[pb[bad_p]])
         sel = _subset(tgeo, bad_p)
-        table.append(**_rows(inp, sel, pa[bad_p], pb[bad_p], Xt, sub_counts, np.zeros(bad_p.sum())))
+        table.append(**_rows(inp, sel, pa[bad_p], pb[bad_p], Xt, sub_counts, np.zeros(bad_p.sum())),
+                     level=np.full(int(bad_p.sum()), depth))
         wsel = _subset(twgeo, bad_w)
         wb_, ww_ = cw[bad_w, 0], cw[bad_w, 1]
         sub_w = _next_sub(table, inp.gid[wb_], -1 - ww_)
-        table.append(**_rows(inp, wsel, wb_, -1 - ww_, Xt, sub_w, np.zeros(bad_w.sum())))
+        table.append(**_rows(inp, wsel, wb_, -1 - ww_, Xt, sub_w, np.zeros(bad_w.sum())),
+                     level=np.full(int(bad_w.sum()), depth))
         gamma = np.concatenate([gamma, np.zeros(len(table) - level_start)])
 
     n_global, n_active = comm.allreduce(np.array([len(table), int(np.count_nonzero(gamma > 0))]))
