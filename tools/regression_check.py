@@ -62,7 +62,10 @@ def _digests(path, prefix):
             import numpy as np
             a = np.asarray(a)
             h = hashlib.sha256(f"{a.dtype.str}{a.shape}".encode())
-            h.update(np.ascontiguousarray(a).tobytes())
+            if a.dtype == object:             # variable-length strings (exact rationals): hash their text
+                h.update(repr(a.tolist()).encode())
+            else:
+                h.update(np.ascontiguousarray(a).tobytes())
             out[f"{prefix}/{name}"] = h.hexdigest()
     with h5py.File(path, "r") as f:
         f.visititems(visit)
