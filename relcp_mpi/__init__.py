@@ -10,3 +10,12 @@ docstrings state shapes of arrays as ``(n, 3)`` etc.
 """
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # ``relcp_mpi.Simulation`` without importing mpi4py/PETSc at package import (start-up order: petsc4py
+    # must be initialised through relcp_mpi.petsc.get_petsc() with the user's options first)
+    if name == "Simulation":
+        from relcp_mpi.simulation import Simulation
+        return Simulation
+    raise AttributeError(f"module 'relcp_mpi' has no attribute {name!r}")

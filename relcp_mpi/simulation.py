@@ -1,587 +1,249 @@
-"""The ReLCP time-stepping driver: deck -> bodies -> pairs -> constraints -> solver -> update -> output.
+"""The public Python API of a ReLCP run: deck -> run state -> run loop -> output.
 
-``Simulation(deck, deck_text, comm).run()`` is what ``relcp-mpi run deck.yaml`` does for ``engine: relcp``.
-Each step (collective over all ranks):
+    import relcp_mpi
+    sim = relcp_mpi.Simulation.from_deck("input_decks/two_ellipsoids.yaml")    # or a dict, or from_checkpoint
+    sim.run(20, writers=[], on_step=lambda s: print(s.step, s.diag["max_overlap"]))
+    gid, x = sim.gather("x")                                                   # all bodies, by gid
 
-1. migrate bodies to the rank owning their centre (optionally rebalance the decomposition);
-2. number the body rows of D (exscan), exchange ghosts (bodies within the ghost width of my subdomain,
-   periodic images included);
-3. mobility blocks and unconstrained velocity U_ext = M F_ext + U_imposed of owned bodies;
-4. the ReLCP step (:func:`relcp_mpi.stepper.relcp.relcp_step`);
-5. commit, grow spherocylinders, output trajectory frames / checkpoints / progress.
+Under ``mpirun`` every rank runs the same script: the constructors, :meth:`Simulation.run` and
+:meth:`Simulation.gather` are collective; ``sim.bodies`` is this rank's part.  ``relcp-mpi run deck.yaml``
+(:mod:`relcp_mpi.cli`) is this API with the deck's output section as writers.
+
+The pieces: :class:`relcp_mpi.state.RunState` (everything a step changes and a checkpoint holds),
+:class:`relcp_mpi.driver.engine.StepEngine` (one step), :class:`relcp_mpi.driver.policy.StepPolicy` (dt
+halving), :mod:`relcp_mpi.driver.actions` (what happens between steps), :mod:`relcp_mpi.io.restart`
+(state <-> checkpoint).
 """
+import copy
 import os
-import signal
 import time
 
 import numpy as np
 from mpi4py import MPI
 
 from relcp_mpi import __version__
-from relcp_mpi.bodies.builder import build_bodies
-from relcp_mpi.bodies.shapes import bounding_radius
-from relcp_mpi.bodies.store import BodyStore
-from relcp_mpi.config.deck import DeckError
-from relcp_mpi.geometry.contact import pair_snsd, wall_snsd
-from relcp_mpi.io.progress import Progress, StageTimer
-from relcp_mpi.parallel.box import Box
-from relcp_mpi.parallel import decomposition as pdecomp
-from relcp_mpi.parallel.ghosts import exchange_ghosts, refresh_ghosts
-from relcp_mpi.parallel.migration import alltoallv_rows, migrate
-from relcp_mpi.physics.growth import divide, grow
-from relcp_mpi.physics.mobility import mobility_blocks
-from relcp_mpi.contact.neighbors import candidate_pairs, wall_candidates
-from relcp_mpi.stepper.relcp import StepInput, StepParams, StepSolver, relcp_step
+from relcp_mpi.config.deck import DeckError, load, validate
+from relcp_mpi.driver import actions as A
+from relcp_mpi.driver.engine import StepEngine
+from relcp_mpi.driver.policy import StepPolicy
+from relcp_mpi.driver.signals import (_SIGNAL_FLAG, EXIT_SIGNAL_CHECKPOINT, StopRequested,  # noqa: F401 (API)
+                                      clear_pending_signal, install_signal_handlers, pending_signal)
+from relcp_mpi.io.restart import read_state, write_state
+from relcp_mpi.state import fresh_state, n_steps_of
 
 
-EXIT_SIGNAL_CHECKPOINT = 3
-
-
-class StopRequested(Exception):
-    """Raised by :meth:`Simulation.run` after a signal-triggered checkpoint was written."""
-
-    def __init__(self, signum, path):
-        super().__init__(f"stopped by signal {signum}; checkpoint written to {path}")
-        self.signum = signum
-        self.path = path
-
-
-_SIGNAL_FLAG = {"signum": 0}
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
-
-
-def _on_signal(signum, frame):
-    # only set a flag: the handler may run while MPI/HDF5 calls are in progress on this rank
-    _SIGNAL_FLAG["signum"] = signum
-
-
-def install_signal_handlers():
-    """SIGTERM and SIGUSR1 (what SLURM sends before the time limit) request checkpoint-and-exit.
-
-    The request is acted upon at the end of the current step of :meth:`Simulation.run`: all ranks agree
-    (one allreduce per step), write a checkpoint and raise :class:`StopRequested`.  Returns the previous
-    handlers ({signum: handler}) for :func:`restore_signal_handlers`."""
-    old = {}
-    for sig in STOP_SIGNALS:
-        old[sig] = signal.signal(sig, _on_signal)
-    return old
-
-
-def restore_signal_handlers(old):
-    for sig, h in (old or {}).items():
-        signal.signal(sig, h if h is not None else signal.SIG_DFL)
-
-
-def pending_signal():
-    """The signal number received on this rank and not yet acted upon (0 if none)."""
-    return int(_SIGNAL_FLAG["signum"])
-
-
-def clear_pending_signal():
-    _SIGNAL_FLAG["signum"] = 0
+def _deck_and_text(deck):
+    """(validated deck, YAML text or '') from a path, a YAML string, a raw mapping or a validated deck."""
+    if isinstance(deck, (str, os.PathLike)):
+        return load(deck)
+    return validate(copy.deepcopy(deck)), ""
 
 
 class Simulation:
-    """One ReLCP run described by a validated deck (see :mod:`relcp_mpi.config.deck`)."""
+    """One ReLCP run described by a validated deck (see :mod:`relcp_mpi.config.deck`).
 
-    def __init__(self, deck, deck_text="", comm=None, bodies=None, step=0, time0=0.0, warm=None):
+    ``Simulation(deck, deck_text, comm)`` starts fresh from a validated deck; prefer :meth:`from_deck`
+    (also checks the initial configuration) and :meth:`from_checkpoint`."""
+
+    def __init__(self, deck, deck_text="", comm=None, state=None):
         self.comm = comm if comm is not None else MPI.COMM_WORLD
         self.deck = deck
         self.deck_text = deck_text
-        self.timer = StageTimer()
-        c = deck["contact"]
-        self.dt = float(deck["time"]["dt"])
-        t = deck["time"]
-        self.n_steps = int(t["steps"]) if t["steps"] is not None else int(round(t["t_end"] / self.dt))
-        self.box = Box(deck["box"]["lo"], deck["box"]["hi"], deck["box"]["periodic"])
-        W = deck["walls"]
-        self.wall_points = np.array([w["point"] for w in W], float).reshape(-1, 3)
-        nrm = np.array([w["normal"] for w in W], float).reshape(-1, 3)
-        self.wall_normals = nrm / np.maximum(np.linalg.norm(nrm, axis=1, keepdims=True), 1e-300)
-        self.mu = float(deck["fluid"]["viscosity"])
-        self.step = step
-        self.time = time0
-        self.warm = warm or (None, None)      # (keys (c,), values (c, 4)): see StepResult.warm_table
+        self.state = state if state is not None else fresh_state(deck, self.comm)
+        self.engine = StepEngine(deck, self.comm, self.state)
+        log = (lambda msg: print(msg, flush=True)) if self.comm.rank == 0 else None
+        self.policy = StepPolicy(deck["time"]["max_halvings"], deck["time"]["keep_halved_steps"], log)
+        self.n_steps = n_steps_of(deck)
+        self.overlap_tol = deck["contact"]["overlap_tol"]
+        self.name = deck["name"]
+        self.output_directory = deck["output"]["directory"]
         self.diag = {}
-        if bodies is None:
-            allb = build_bodies(deck)                 # identical on every rank
-            self.n_global = len(allb)
-            self.next_gid = int(allb.gid.max()) + 1 if len(allb) else 0
-            self._make_decomposition(allb.x)
-            mine = self.decomp.owner(self.box.wrap(allb.x)) == self.comm.rank
-            self.bodies = allb.take(mine)
-        else:
-            self.bodies = bodies
-            self.n_global = self.comm.allreduce(len(bodies))
-            self.next_gid = self.comm.allreduce(int(bodies.gid.max()) + 1 if len(bodies) else 0, op=MPI.MAX)
-            self._make_decomposition(None)
-            self.bodies = migrate(self.bodies, self.decomp, self.comm)
-        self._update_widths()
-        self._work_per_body = np.ones(len(self.bodies))
-        self.n_rebalances = 0
-        self.params = StepParams(dt=self.dt, overlap_tol=c["overlap_tol"], skin=self.skin,
-                                 max_depth=c["max_depth"], model=c["model"], ms_resolution=c["ms_resolution"],
-                                 method=deck["solver"]["method"],
-                                 tol=deck["solver"]["tol"], max_iter=deck["solver"]["max_iter"],
-                                 recheck_neighbors=c["recheck_neighbors"])
-        self.solver = StepSolver(self.comm)
-        self.has_growth = bool(self.comm.allreduce(bool(np.any(self.bodies.growth != 0)), op=MPI.LOR))
-
-    def _update_widths(self):
-        """Largest bounding radius (collective), skin and ghost width = 2 r_max + 2 skin.
-
-        The ghost layer must hold every body that can touch an owned body during the step: centres within
-        2 r_max + skin at the start, plus up to one more skin of relative motion inside the step."""
-        c = self.deck["contact"]
-        self.rmax = self.comm.allreduce(
-            float(bounding_radius(self.bodies.kind, self.bodies.shape).max(initial=0.0)), op=MPI.MAX)
-        if not hasattr(self, "skin"):
-            self.skin = float(c["skin"]) if c["skin"] is not None else 0.25 * self.rmax
-        self.ghost_width = 2 * self.rmax + 2 * self.skin
-
-    # ------------------------------------------------------------------------------------------------
-    def _make_decomposition(self, x_all):
-        par = self.deck["parallel"]
-        if par["decomposition"] == "rcb":
-            if x_all is not None:
-                # every rank holds all initial positions: give each rank a disjoint slice as its "local" set
-                n = len(x_all)
-                r, P = self.comm.rank, self.comm.size
-                sl = slice(n * r // P, n * (r + 1) // P)
-                xl = self.box.wrap(x_all[sl])
-            else:
-                xl = self.box.wrap(self.bodies.x)
-            self.decomp = pdecomp.RCBDecomposition(self.box, self.comm, xl, np.ones(len(xl)))
-        else:
-            self.decomp = pdecomp.CartesianDecomposition(self.box, self.comm)
-
-    def _rebalance_if_needed(self):
-        """RCB only: every ``rebalance_every`` steps, rebuild the decomposition if the work imbalance
-        (max/mean over ranks of bodies + constraint rows owned) exceeds ``imbalance_threshold``."""
-        par = self.deck["parallel"]
-        if par["decomposition"] != "rcb" or not par["rebalance_every"] or self.step % par["rebalance_every"]:
-            return
-        w = self._work_per_body if len(self._work_per_body) == len(self.bodies) else np.ones(len(self.bodies))
-        imb = pdecomp.imbalance(float(w.sum()), self.comm)
-        self._imbalance = float(imb)
-        if pdecomp.should_rebalance(self.step, par["rebalance_every"], imb, par["imbalance_threshold"]):
-            with self.timer.stage("rebalance"):
-                self.decomp = pdecomp.RCBDecomposition(self.box, self.comm, self.box.wrap(self.bodies.x), w)
-            self.n_rebalances += 1
-
-    # ------------------------------------------------------------------------------------------------
-    def _prepare(self):
-        """Migrate, number rows, exchange ghosts.  Returns the combined arrays for the stepper."""
-        comm = self.comm
-        with self.timer.stage("migrate"):
-            self._route_warm_with_bodies()
-            self.bodies = migrate(self.bodies, self.decomp, comm)
-        b = self.bodies
-        n = len(b)
-        offset = comm.exscan(n) or 0
-        b.row[:] = offset + np.arange(n)
-        self.row_starts = np.concatenate([[0], np.cumsum(comm.allgather(n))]).astype(np.int64)
-        with self.timer.stage("ghosts"):
-            self.decomp.validate_ghost_width(self.ghost_width)
-            ghosts, shift = exchange_ghosts(b, self.decomp, comm, self.ghost_width)
-        self.ghosts = ghosts
-        self.ghost_shift = shift
-        return b, ghosts
-
-    def _route_warm_with_bodies(self):
-        """Send warm-start rows to the rank that will own body gid_i after migration (collective).
-
-        Before migration every row's gid_i is an owned body of this rank (the pair owner owns the lower gid),
-        so a row goes wherever its body goes and warm starts survive migration."""
-        keys, vals = self.warm
-        if keys is None:
-            keys = np.zeros(0, dtype=[("a", np.int64), ("b", np.int64), ("k", np.int64)])
-            vals = np.zeros((0, 4))
-        b = self.bodies
-        order = np.argsort(b.gid)
-        pos = np.searchsorted(b.gid[order], keys["a"])
-        ok = (pos < len(b)) & (b.gid[order][np.minimum(pos, max(len(b) - 1, 0))] == keys["a"]) if len(b) else \
-            np.zeros(len(keys), bool)
-        keys, vals = keys[ok], vals[ok]
-        idx = order[pos[ok]]
-        dest = self.decomp.owner(self.box.wrap(b.x[idx])) if len(idx) else np.zeros(0, np.int64)
-        rows = np.stack([keys["a"], keys["b"], keys["k"]], axis=1).astype(np.float64) if len(keys) else \
-            np.zeros((0, 3))
-        recv = alltoallv_rows(np.concatenate([rows, vals], axis=1) if len(keys) else np.zeros((0, 7)),
-                              dest, self.comm)
-        k = np.empty(len(recv), dtype=keys.dtype)
-        k["a"], k["b"], k["k"] = (np.rint(recv[:, c]).astype(np.int64) for c in range(3))
-        self.warm = (k, recv[:, 3:].copy())
-
-    def _adopt_warm(self, warm_keys, warm_vals):
-        """Restart: send every warm-start row to the rank owning its body gid_i (collective).
-
-        The rows arrive in an arbitrary block split (checkpoint reader) and the owner of a gid is only
-        known to that owner, so a distributed directory is used (no rank gathers the table): rows and
-        (gid, owner) records both go to rank ``gid mod P``, which matches them and forwards each row to
-        the owner.  Rows whose body no longer exists are dropped.  The order of the resulting table does
-        not matter (the stepper matches warm starts by key)."""
-        comm = self.comm
-        P, rank = comm.size, comm.rank
-        kdt = [("a", np.int64), ("b", np.int64), ("k", np.int64)]
-        if warm_keys is None or len(warm_keys) == 0:
-            keys, vals = np.zeros(0, dtype=kdt), np.zeros((0, 4))
-        else:
-            keys, vals = np.asarray(warm_keys), np.asarray(warm_vals, dtype=np.float64)
-        # int64 rows (the multiplier and the hint travel as their bit patterns: exact)
-        rows = np.zeros((len(keys), 7), dtype=np.int64)
-        if len(keys):
-            rows[:, 0], rows[:, 1], rows[:, 2] = keys["a"], keys["b"], keys["k"]
-            rows[:, 3:] = np.ascontiguousarray(vals, dtype=np.float64).view(np.int64)
-        at_dir = alltoallv_rows(rows, np.mod(rows[:, 0], P), comm, dtype=np.int64)
-        gid = np.asarray(self.bodies.gid, dtype=np.int64)
-        own = alltoallv_rows(np.stack([gid, np.full(len(gid), rank, np.int64)], axis=1),
-                             np.mod(gid, P), comm, dtype=np.int64)
-        order = np.argsort(own[:, 0], kind="stable")
-        og = own[order, 0]
-        pos = np.searchsorted(og, at_dir[:, 0])
-        pc = np.minimum(pos, max(len(og) - 1, 0))
-        hit = (pos < len(og)) & (og[pc] == at_dir[:, 0]) if len(og) else np.zeros(len(at_dir), bool)
-        dest = own[order, 1][pc[hit]] if len(og) else np.zeros(0, np.int64)
-        got = alltoallv_rows(at_dir[hit], dest, comm, dtype=np.int64)
-        k = np.empty(len(got), dtype=kdt)
-        k["a"], k["b"], k["k"] = got[:, 0], got[:, 1], got[:, 2]
-        self.warm = (k, np.ascontiguousarray(got[:, 3:]).view(np.float64).copy())
-
-    def _refresh(self, x_owned, q_owned):
-        """Ghost positions/orientations for trial owned states (collective, reuses the ghost plan)."""
-        with self.timer.stage("ghosts"):
-            trial = BodyStore(gid=self.bodies.gid, kind=self.bodies.kind, shape=self.bodies.shape,
-                              x=x_owned, q=q_owned)
-            g = refresh_ghosts(trial, self.ghosts, self.decomp, self.comm)
-        return g.x, g.q
-
-    def check_initial_overlap(self):
-        """Collective: raise DeckError (on every rank) naming overlapping initial bodies."""
-        b, g = self._prepare()
-        X = np.concatenate([b.x, g.x])
-        Q = np.concatenate([b.q, g.q])
-        K = np.concatenate([b.kind, g.kind])
-        S = np.concatenate([b.shape, g.shape])
-        G = np.concatenate([b.gid, g.gid])
-        r = bounding_radius(K, S)
-        ia, ib = candidate_pairs(X, r, 0.0, n_owned=len(b))
-        keep = (G[ia] < G[ib]) & (ia < len(b)) | (G[ib] < G[ia]) & (ib < len(b))
-        ia, ib = ia[keep], ib[keep]
-        tol = self.deck["contact"]["initial_overlap_tol"]
-        geo = pair_snsd(K[ia], S[ia], X[ia], Q[ia], K[ib], S[ib], X[ib], Q[ib], check=True)
-        bad = geo.sep < -tol
-        msgs = [f"bodies {int(G[i])} and {int(G[j])} overlap by {-s:.3e} (> initial_overlap_tol {tol:g})"
-                for i, j, s in zip(ia[bad][:5], ib[bad][:5], geo.sep[bad][:5])]
-        wb, ww = wall_candidates(b.x, r[:len(b)], 0.0, self.wall_points, self.wall_normals)
-        wgeo = wall_snsd(b.kind[wb], b.shape[wb], b.x[wb], b.q[wb], self.wall_points[ww], self.wall_normals[ww])
-        wbad = wgeo.sep < -tol
-        msgs += [f"body {int(b.gid[i])} penetrates wall {int(w)} by {-s:.3e}"
-                 for i, w, s in zip(wb[wbad][:5], ww[wbad][:5], wgeo.sep[wbad][:5])]
-        allmsgs = [m for part in self.comm.allgather(msgs) for m in part]
-        if allmsgs:
-            raise DeckError(["initial configuration: " + m for m in allmsgs[:10]])
-
-    # ------------------------------------------------------------------------------------------------
-    def step_once(self):
-        """One step of the deck's dt (collective); returns the StepResult of the (last) sub-step.
-
-        With ``time.max_halvings = k > 0``, a step whose LCP solve fails (``SolverError``, e.g. an infeasible
-        grown LCP) or that reaches the recursion limit (``RecursionDepthError``) -- both global decisions, so
-        every rank takes the same branch -- is undone and redone as two steps of dt/2, recursively down to
-        dt/2^k; the sub-steps count as one step (``diag['substeps']``).  Without it such a step ends the run."""
-        k = int(self.deck["time"].get("max_halvings") or 0)
-        if k <= 0:
-            return self._single_step(self.dt)
-        from relcp_mpi.solver.lcp import SolverError
-        from relcp_mpi.stepper.relcp import RecursionDepthError
-        step0 = self.step
-        diags = []
-
-        def run(dt, level):
-            snap = self._snapshot()
-            try:
-                res = self._single_step(dt)
-                diags.append(dict(self.diag))
-                return res
-            except (SolverError, RecursionDepthError) as exc:
-                if level >= k:
-                    raise
-                if self.comm.rank == 0:
-                    print(f"relcp-mpi: step {step0 + 1}: {type(exc).__name__} at dt={dt:g}; redoing it as two "
-                          f"steps of dt={dt / 2:g}", flush=True)
-                self._restore(snap)
-                run(dt / 2, level + 1)
-                return run(dt / 2, level + 1)
-
-        res = run(self.dt, 0)
-        self.step = step0 + 1
-        d = dict(diags[-1])
-        d["max_overlap"] = max(x["max_overlap"] for x in diags)
-        d["depth"] = max(x["depth"] for x in diags)
-        d["iterations"] = sum(x["iterations"] for x in diags)
-        d["substeps"] = len(diags)
-        self.diag = d
-        return res
-
-    def _snapshot(self):
-        """What a step changes, so a failed step can be undone (collective-free)."""
-        return dict(bodies=self.bodies.copy(), warm=self.warm, next_gid=self.next_gid, n_global=self.n_global,
-                    decomp=self.decomp, n_rebalances=self.n_rebalances, work=self._work_per_body,
-                    rmax=self.rmax, ghost_width=self.ghost_width, step=self.step, time=self.time,
-                    imbalance=getattr(self, "_imbalance", None))
-
-    def _restore(self, snap):
-        self.bodies = snap["bodies"].copy()
-        self.warm, self.next_gid, self.n_global = snap["warm"], snap["next_gid"], snap["n_global"]
-        self.decomp, self.n_rebalances, self._work_per_body = snap["decomp"], snap["n_rebalances"], snap["work"]
-        self.rmax, self.ghost_width, self.step, self.time = snap["rmax"], snap["ghost_width"], snap["step"], \
-            snap["time"]
-        self._imbalance = snap["imbalance"]
-
-    def _single_step(self, dt):
-        comm = self.comm
-        self.params.dt = dt
-        self._rebalance_if_needed()
-        if self.has_growth:
-            # growth and division act at the start of the step, so the step's LCP resolves the new overlaps
-            with self.timer.stage("growth"):
-                grow(self.bodies, dt)
-                self.bodies, self.next_gid, ndiv = divide(self.bodies, comm, self.next_gid, self.deck["seed"],
-                                                          self.step)
-                if ndiv:
-                    self.n_global += ndiv
-                self._update_widths()
-        b, g = self._prepare()
-        n = len(b)
-        K = np.concatenate([b.kind, g.kind])
-        S = np.concatenate([b.shape, g.shape])
-        with self.timer.stage("mobility"):
-            blocks = mobility_blocks(b.kind, b.shape, b.q, self.mu, fixed=b.fixed)
-            U_ext = np.einsum("nij,nj->ni", blocks, b.f_ext) + b.u_imp
-        inp = StepInput(
-            comm=comm, n_owned=n, gid=np.concatenate([b.gid, g.gid]), row=np.concatenate([b.row, g.row]),
-            row_starts=self.row_starts, kind=K, shape=S, bound=bounding_radius(K, S),
-            x0=np.concatenate([b.x, g.x]), q0=np.concatenate([b.q, g.q]), blocks=blocks, U_ext=U_ext,
-            wall_points=self.wall_points, wall_normals=self.wall_normals, refresh=self._refresh,
-            warm_keys=self.warm[0], warm_values=self.warm[1])
-        with self.timer.stage("relcp"):
-            res = relcp_step(inp, self.params, self.solver, timer=self.timer)
-        b.x[:] = self.box.wrap(res.x)          # committed positions live in the box on periodic axes
-        b.q[:] = res.q
-        b.u[:] = res.U
-        self.contact_force = res.F          # (n_owned, 6) constraint force/torque of the step [F, F L]
-        own = res.table.ia[res.table.ia < len(b)]
-        self._work_per_body = 1.0 + np.bincount(own, minlength=len(b))
-        self.warm = res.warm_table()
-        self.step += 1
-        self.time += dt
-        self.diag = dict(res.diagnostics)
-        if getattr(self, "_imbalance", None) is not None:
-            self.diag["imbalance"] = self._imbalance      # measured at the last rebalance check
-        return res
-
-    def run(self, progress_stream=None):
-        """Run the remaining steps of the deck; returns the diagnostics of the last step.
-
-        Writes trajectory frames every ``output.trajectory_every`` steps (appending after a restart),
-        checkpoints every ``output.checkpoint_every`` steps and after the last step (when checkpointing
-        is enabled), and -- when any rank received SIGTERM/SIGUSR1 (see :func:`install_signal_handlers`)
-        -- a checkpoint at the end of the current step followed by :class:`StopRequested` on every rank."""
-        out = self.deck["output"]
-        prog = Progress(self.comm, self.n_steps, out["progress_every"], stream=progress_stream)
-        t0 = time.perf_counter()
+        self.history = []
+        self.step_wall = 0.0
         self.steps_run = 0
-        writer = self._open_trajectory()
-        try:
-            if writer is not None and self.step == 0 and getattr(self, "restarted_from", None) is None:
-                with self.timer.stage("output"):
-                    writer.write_frame(self.step, self.time, self.bodies.sort_by_gid(), self.diag or {})
-            ck = out["checkpoint_every"]
-            while self.step < self.n_steps:
-                self.step_once()
-                self.steps_run += 1
-                prog.update(self.step, self.time, self.diag, self.params.overlap_tol,
-                            force=self.step == self.n_steps)
-                if writer is not None and out["trajectory_every"] and self.step % out["trajectory_every"] == 0:
-                    with self.timer.stage("output"):
-                        writer.write_frame(self.step, self.time, self.bodies, self.diag)
-                # one tiny allreduce per step: did any rank receive SIGTERM/SIGUSR1?  (all ranks agree)
-                signum = int(self.comm.allreduce(pending_signal(), op=MPI.MAX))
-                if signum or (ck and (self.step % ck == 0 or self.step == self.n_steps)):
-                    with self.timer.stage("output"):
-                        path = self.write_checkpoint()
-                    self.last_checkpoint = path
-                    if signum:
-                        clear_pending_signal()
-                        self.wall_time = time.perf_counter() - t0
-                        raise StopRequested(signum, path)
-        finally:
-            if writer is not None:
-                writer.close()
-            self.solver.free()
-        self.wall_time = time.perf_counter() - t0
-        return self.diag
-
-    def _open_trajectory(self):
-        """Trajectory writer: a new file for a fresh run; after a restart the existing file is appended
-        to, frames after the restart step (written by the interrupted run) being dropped."""
-        out = self.deck["output"]
-        if not out["trajectory_every"]:
-            return None
-        from relcp_mpi.io.trajectory import TrajectoryWriter
-        d = out["directory"]
-        if self.comm.rank == 0:
-            os.makedirs(d, exist_ok=True)
-        self.comm.Barrier()
-        path = os.path.join(d, f"{self.deck['name']}.h5")
-        restarted = getattr(self, "restarted_from", None) is not None or self.step > 0
-        return TrajectoryWriter(path, self.comm, append=restarted,
-                                restart_step=self.step if restarted else None)
+        self.wall_time = 0.0
+        self.restarted_from = None
+        self.restart_meta = None
+        self.last_checkpoint = None
+        self.last_checkpoint_step = None
 
     # ------------------------------------------------------------------------------------------------
-    @property
-    def checkpoint_prefix(self):
-        return os.path.join(self.deck["output"]["directory"], f"{self.deck['name']}_ckpt")
+    @classmethod
+    def from_deck(cls, deck, comm=None, check=True):
+        """A fresh run of ``deck``: a file path, a raw mapping (validated here) or a validated deck.
 
-    def write_checkpoint(self):
-        """Collective atomic checkpoint of the full state; returns its path.
-
-        Holds the bodies, the warm-start table, step, time, dt, the deck (its YAML text, or the
-        normalised deck when the simulation was built without text) and what a restart on the same rank
-        count needs to continue bit for bit: the ownership of the bodies during the last step (``row_starts``;
-        with the bodies' ``row`` it gives each body's rank), the skin, and for RCB the current decomposition
-        tree."""
-        from relcp_mpi.io.checkpoint import checkpoint_path, write_checkpoint
-        if self.comm.rank == 0:
-            os.makedirs(self.deck["output"]["directory"], exist_ok=True)
-        keys, vals = self.warm
-        warm = None
-        if keys is not None:
-            warm = {"gid_i": keys["a"], "gid_j": keys["b"], "sub": keys["k"], "gamma": vals[:, 0],
-                    "hint_x": vals[:, 1], "hint_y": vals[:, 2], "hint_z": vals[:, 3]}
-        meta = {"step": int(self.step), "time": float(self.time), "dt": float(self.dt),
-                "deck": self.deck_text if self.deck_text else self.deck,
-                "seed": int(self.deck["seed"]), "next_gid": int(self.next_gid), "n_steps": int(self.n_steps),
-                "decomposition": self.deck["parallel"]["decomposition"], "n_bodies": int(self.n_global),
-                "skin": float(self.skin), "n_rebalances": int(getattr(self, "n_rebalances", 0))}
-        rs = getattr(self, "row_starts", None)
-        if rs is not None and len(rs) == self.comm.size + 1:
-            meta["row_starts"] = np.asarray(rs, dtype=np.int64)
-        if isinstance(self.decomp, pdecomp.RCBDecomposition):
-            meta["rcb"] = self.decomp.to_dict()
-        path = checkpoint_path(self.checkpoint_prefix, self.step)
-        return write_checkpoint(path, self.comm, self.bodies, meta, warm,
-                                keep=self.deck["output"]["keep_checkpoints"])
+        With ``check`` (default) the initial configuration is checked for overlaps (DeckError naming the
+        bodies).  Collective."""
+        deck, text = _deck_and_text(deck)
+        sim = cls(deck, text, comm)
+        if check:
+            sim.check_initial_overlap()
+        return sim
 
     @classmethod
     def from_checkpoint(cls, path, deck, deck_text="", comm=None):
         """Continue a run from a checkpoint (any rank count).  ``path`` may be 'latest' (the newest valid
-        checkpoint ``<output.directory>/<name>_ckpt_<step>.h5``).
+        checkpoint ``<output.directory>/<name>_ckpt_<step>.h5``); ``deck`` as for :meth:`from_deck`.
 
         Raises :class:`relcp_mpi.io.checkpoint.CheckpointError` on every rank (message naming the file and
         the problem) when the file is missing, damaged, or was written for an incompatible deck (different
         bodies, generators, box or walls); nothing is written in that case.  On the rank count that wrote
         the checkpoint the continued run is bitwise identical to an uninterrupted one."""
-        from relcp_mpi.io.checkpoint import CheckpointError, check_compatible, latest_checkpoint, read_checkpoint
+        if not deck_text:
+            deck, deck_text = _deck_and_text(deck)
         comm = comm if comm is not None else MPI.COMM_WORLD
-        if path == "latest":
-            prefix = os.path.join(deck["output"]["directory"], f"{deck['name']}_ckpt")
-            found = latest_checkpoint(prefix, valid_only=True) if comm.rank == 0 else None
-            found = comm.bcast(found, root=0)
-            if found is None:
-                raise CheckpointError(f"no valid checkpoint '{prefix}_<step>.h5' to restart from "
-                                      f"(--restart latest)")
-            path = found
-        path = os.fspath(path)
-        bodies, meta, warm = read_checkpoint(path, comm)
-
-        def _normalised_deck(d):
-            """A stored deck (YAML text or dict) in normalised form (defaults filled); the raw mapping if it
-            does not validate (e.g. written by another version)."""
-            import copy
-
-            import yaml
-
-            from relcp_mpi.config.deck import validate
-            if isinstance(d, str):
-                try:
-                    d = yaml.safe_load(d)
-                except yaml.YAMLError:
-                    return d            # check_compatible reports it
-            if not isinstance(d, dict):
-                return d
-            try:
-                return validate(copy.deepcopy(d))
-            except DeckError:
-                return d
-
-        # compare the deck entries that must not change (bodies, generators, box, walls) in normalised
-        # form (defaults filled), so a checkpoint written from a dict matches the same deck given as text
-        m = dict(meta)
-        if m.get("deck") is not None:
-            m["deck"] = _normalised_deck(m["deck"])
-        check_compatible(m, deck, path=f"checkpoint {path}")
-        keys = None
-        vals = None
-        if warm and "gid_i" in warm:
-            keys = np.empty(len(warm["gid_i"]), dtype=[("a", np.int64), ("b", np.int64), ("k", np.int64)])
-            keys["a"], keys["b"], keys["k"] = warm["gid_i"], warm["gid_j"], warm["sub"]
-            vals = np.full((len(keys), 4), np.nan)
-            vals[:, 0] = warm["gamma"]
-            if all(c in warm for c in ("hint_x", "hint_y", "hint_z")):     # older checkpoints have no hints
-                vals[:, 1], vals[:, 2], vals[:, 3] = warm["hint_x"], warm["hint_y"], warm["hint_z"]
-        sim = cls(deck, deck_text, comm, bodies=bodies, step=int(meta["step"]), time0=float(meta["time"]))
-        same_ranks = int(meta.get("n_ranks_written", -1)) == comm.size
-        rcb = meta.get("rcb")
-        if same_ranks and isinstance(sim.decomp, pdecomp.RCBDecomposition) and isinstance(rcb, dict) and \
-                int(rcb.get("size", -1)) == comm.size:
-            # partition exactly as the interrupted run did (its tree may also come from a rebalance)
-            try:
-                d = pdecomp.RCBDecomposition.from_dict(sim.box, comm, rcb)
-            except ValueError as exc:
-                raise CheckpointError(f"checkpoint {path}: stored RCB decomposition: {exc}") from None
-            sim.decomp = d
-            sim.bodies = migrate(sim.bodies, d, comm)
-        rs = meta.get("row_starts")
-        if same_ranks and isinstance(rs, list) and len(rs) == comm.size + 1:
-            # give every body back to the rank that owned it during the last step (its D row tells which):
-            # the next step starts from exactly the interrupted run's distribution (the rebalancing
-            # decision and its work weights depend on it), not from one recomputed from the positions
-            from relcp_mpi.parallel.migration import pack_rows
-            rs = np.asarray(rs, dtype=np.int64)
-            b = sim.bodies
-            dest = np.clip(np.searchsorted(rs, b.row, side="right") - 1, 0, comm.size - 1)
-            sim.bodies = BodyStore.unpack(alltoallv_rows(pack_rows(b), dest, comm)).sort_by_gid() \
-                if comm.allreduce(len(b)) else b
-            sim.row_starts = rs
-        if deck["contact"]["skin"] is None and "skin" in meta:
-            # automatic skin: the one of the interrupted run (fixed at its start), not 0.25 r_max of now
-            sim.skin = float(meta["skin"])
-            sim.params.skin = sim.skin
-            sim._update_widths()
-        sim.n_rebalances = int(meta.get("n_rebalances", 0))
-        sim._adopt_warm(keys, vals)
-        # work per body of the last step (1 + its constraint rows = its warm-start rows), for rebalancing
-        b = sim.bodies
-        idx = np.searchsorted(b.gid, sim.warm[0]["a"]) if len(b) else np.zeros(0, np.int64)
-        sim._work_per_body = 1.0 + np.bincount(idx, minlength=len(b)).astype(np.float64)
-        sim.next_gid = max(sim.next_gid, int(meta.get("next_gid", 0)))
+        state, meta, path = read_state(path, deck, comm)
+        sim = cls(deck, deck_text, comm, state=state)
         sim.restarted_from = path
         sim.restart_meta = meta
         return sim
 
+    # ------------------------------------------------------------------------------------------------
+    # read access (the run state lives in self.state)
+    @property
+    def bodies(self):
+        """This rank's bodies (:class:`relcp_mpi.bodies.store.BodyStore`, sorted by gid after each step)."""
+        return self.state.bodies
+
+    @property
+    def step(self):
+        return self.state.step
+
+    @property
+    def time(self):
+        return self.state.time
+
+    @property
+    def dt(self):
+        return self.state.dt
+
+    @property
+    def n_global(self):
+        """Number of bodies over all ranks."""
+        return self.state.n_global
+
+    @property
+    def next_gid(self):
+        return self.state.next_gid
+
+    @property
+    def skin(self):
+        return self.state.skin
+
+    @property
+    def n_rebalances(self):
+        return self.state.n_rebalances
+
+    @property
+    def warm(self):
+        return self.state.warm
+
+    @warm.setter
+    def warm(self, value):
+        self.state.warm = value
+
+    @property
+    def timer(self):
+        return self.engine.timer
+
+    @property
+    def solver(self):
+        """The persistent PETSc workspace of the step (``.free()`` releases it)."""
+        return self.engine.workspace
+
+    @property
+    def contact_force(self):
+        """(n_owned, 6) constraint force and torque on each owned body in the last step [F, F L]."""
+        return self.engine.contact_force
+
+    def gather(self, field="x"):
+        """(gid, values) of all bodies, ordered by gid, on every rank (collective; small runs only)."""
+        b = self.bodies
+        parts = self.comm.allgather((b.gid.copy(), getattr(b, field).copy()))
+        gid = np.concatenate([p[0] for p in parts])
+        val = np.concatenate([p[1] for p in parts])
+        order = np.argsort(gid)
+        return gid[order], val[order]
+
+    # ------------------------------------------------------------------------------------------------
+    def check_initial_overlap(self):
+        """Collective: raise DeckError (on every rank) naming overlapping initial bodies."""
+        problems = self.engine.initial_overlaps(self.state)
+        if problems:
+            raise DeckError(["initial configuration: " + m for m in problems])
+
+    def step_once(self):
+        """One step of the deck's dt (with the step policy); returns its diagnostics.  Collective."""
+        t0 = time.perf_counter()
+        self.diag = self.policy.advance(self.engine, self.state)
+        self.step_wall = time.perf_counter() - t0
+        self.history.append(self.diag)
+        return self.diag
+
+    def default_actions(self, progress_stream=None):
+        """The actions the deck's output section asks for: progress line, trajectory frames, checkpoints,
+        and the SIGTERM/SIGUSR1 check (checkpoint and stop)."""
+        out = self.deck["output"]
+        acts = [A.Progress(out["progress_every"], stream=progress_stream)]
+        if out["trajectory_every"]:
+            acts.append(A.Trajectory(out["trajectory_every"]))
+        if out["checkpoint_every"]:
+            acts.append(A.Checkpoint(out["checkpoint_every"]))
+        acts.append(A.SignalCheck())
+        return acts
+
+    def run(self, steps=None, writers=None, on_step=None, until=None, progress_stream=None):
+        """Run ``steps`` more steps (default: up to the deck's total); returns the last step's diagnostics.
+
+        ``writers``: list of :class:`relcp_mpi.driver.actions.Action` (default :meth:`default_actions`: the
+        deck's output section; ``[]`` = none).  ``on_step(sim)`` is called after every step, after the
+        writers.  ``until(sim)`` ends the run early when it returns True -- it must return the same on every
+        rank (base it on global quantities).  Collective.  Raises :class:`StopRequested` after a
+        signal-triggered checkpoint."""
+        end = self.n_steps if steps is None else self.step + int(steps)
+        acts = self.default_actions(progress_stream) if writers is None else list(writers)
+        if on_step is not None:
+            acts.append(A.Callback(on_step))
+        t0 = time.perf_counter()
+        self.steps_run = 0
+        started = []
+        try:
+            for a in acts:
+                a.start(self, end)
+                started.append(a)
+            while self.step < end:
+                self.step_once()
+                self.steps_run += 1
+                for a in acts:
+                    if a.due(self.step, end):
+                        a(self)
+                if until is not None and until(self):
+                    break
+        finally:
+            for a in started:
+                a.finish(self)
+            self.engine.free()
+            self.wall_time = time.perf_counter() - t0
+        return self.diag
+
+    # ------------------------------------------------------------------------------------------------
+    def write_checkpoint(self):
+        """Collective atomic checkpoint of the run state (:func:`relcp_mpi.io.restart.write_state`);
+        returns its path."""
+        path = write_state(self.state, self.deck, self.deck_text, self.comm)
+        self.last_checkpoint, self.last_checkpoint_step = path, self.step
+        return path
+
     def summary(self):
         """Multi-line run summary (collective; meaningful on rank 0)."""
-        stages = self.timer.report(self.comm, wall=getattr(self, "wall_time", None))
+        stages = self.timer.report(self.comm, wall=self.wall_time)
         d = self.diag
-        wall = getattr(self, "wall_time", 0.0)
-        nrun = getattr(self, "steps_run", self.step)
-        rs = getattr(self, "restarted_from", None)
+        nrun = self.steps_run
+        rs = self.restarted_from
         restart = f"restarted from {rs} (step {self.step - nrun})\n" if rs else ""
-        return (f"relcp_mpi {__version__}: {self.deck['name']} on {self.comm.size} rank(s), "
+        return (f"relcp_mpi {__version__}: {self.name} on {self.comm.size} rank(s), "
                 f"{self.n_global} bodies, {self.step} steps, t={self.time:.6g}\n" + restart +
                 f"last step: constraints={d.get('constraints', 0)} depth={d.get('depth', 0)} "
                 f"iterations={d.get('iterations', 0)} max_overlap={d.get('max_overlap', 0.0):.3e} "
-                f"(overlap_tol {self.params.overlap_tol:g})\n"
-                f"wall time {wall:.3f} s, {nrun / max(wall, 1e-300):.2f} steps/s\n" + stages)
+                f"(overlap_tol {self.overlap_tol:g})\n"
+                f"wall time {self.wall_time:.3f} s, {nrun / max(self.wall_time, 1e-300):.2f} steps/s\n" + stages)

@@ -26,32 +26,12 @@ def make_deck(**sections):
 
 
 def run_sim(deck, comm=None, steps=None, record=None):
-    """Run a deck; returns (sim, per-step diagnostics list).  ``record(sim)`` is called after every step."""
-    from relcp_mpi.simulation import Simulation
-    comm = comm or MPI.COMM_WORLD
-    sim = Simulation(deck, "", comm)
-    sim.check_initial_overlap()
-    diags = []
-    n = sim.n_steps if steps is None else steps
-    try:
-        for _ in range(n):
-            sim.step_once()
-            diags.append(dict(sim.diag))
-            if record:
-                record(sim)
-    finally:
-        sim.solver.free()
-    return sim, diags
-
-
-def gather_by_gid(sim, field="x"):
-    """All bodies' field, ordered by gid, on every rank."""
-    b = sim.bodies
-    parts = sim.comm.allgather((b.gid.copy(), getattr(b, field).copy()))
-    gid = np.concatenate([p[0] for p in parts])
-    val = np.concatenate([p[1] for p in parts])
-    order = np.argsort(gid)
-    return gid[order], val[order]
+    """Run a deck without output; returns (sim, per-step diagnostics list).  ``record(sim)`` is called after
+    every step."""
+    from relcp_mpi import Simulation
+    sim = Simulation.from_deck(deck, comm=comm or MPI.COMM_WORLD)
+    sim.run(steps, writers=[], on_step=record)
+    return sim, sim.history
 
 
 # ------------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from tests.helpers import gather_by_gid, make_deck, run_sim
+from tests.helpers import make_deck, run_sim
 
 
 def colony_deck(steps=60, dt=0.05):
@@ -50,8 +50,8 @@ def test_colony_rank_count_independence():
     deck = colony_deck(steps=110, dt=0.05)
     ref, dref = run_sim(deck, comm=MPI.COMM_SELF)
     par, dpar = run_sim(deck, comm=MPI.COMM_WORLD)
-    g1, x1 = gather_by_gid(ref)
-    g2, x2 = gather_by_gid(par)
+    g1, x1 = ref.gather()
+    g2, x2 = par.gather()
     assert len(g1) >= 8
     assert np.array_equal(g1, g2)
     assert np.allclose(x1, x2, atol=1e-4)

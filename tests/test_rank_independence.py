@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from tests.helpers import gather_by_gid, make_deck, run_sim
+from tests.helpers import make_deck, run_sim
 
 SHAPES = {
     "sphere": {"shape": "sphere", "radius": 0.45},
@@ -45,16 +45,16 @@ def test_same_answer_on_every_rank_count(shape, periodic):
     world = MPI.COMM_WORLD
     deck = _deck(shape, periodic)
     ref, dref = run_sim(deck, comm=MPI.COMM_SELF)
-    g_ref, x_ref = gather_by_gid(ref)
-    _, q_ref = gather_by_gid(ref, "q")
+    g_ref, x_ref = ref.gather()
+    _, q_ref = ref.gather("q")
     assert max(d["active"] for d in dref) >= 5             # the test exercises real contacts
     for size in range(2, world.size + 1):
         sub = _split(size)
         ok = True
         if sub != MPI.COMM_NULL:
             sim, d = run_sim(deck, comm=sub)
-            g, x = gather_by_gid(sim)
-            _, q = gather_by_gid(sim, "q")
+            g, x = sim.gather()
+            _, q = sim.gather("q")
             ok = (np.array_equal(g, g_ref) and np.allclose(x, x_ref, atol=1e-5)
                   and np.allclose(np.abs(np.einsum("ij,ij->i", q, q_ref)), 1.0, atol=1e-8)
                   and [e["constraints"] for e in d] == [e["constraints"] for e in dref]
@@ -69,8 +69,8 @@ def test_rcb_decomposition_gives_same_answer():
     deck = _deck("ellipsoid", True, decomposition="rcb")
     ref, _ = run_sim(deck, comm=MPI.COMM_SELF)
     par, _ = run_sim(deck, comm=world)
-    g1, x1 = gather_by_gid(ref)
-    g2, x2 = gather_by_gid(par)
+    g1, x1 = ref.gather()
+    g2, x2 = par.gather()
     assert np.array_equal(g1, g2) and np.allclose(x1, x2, atol=1e-5)
 
 
@@ -84,10 +84,10 @@ def test_bodies_crossing_rank_and_periodic_boundaries_keep_ids():
                      generate=[{"shape": "sphere", "radius": 0.3, "count": 40, "method": "random"}],
                      contact={"overlap_tol": 1e-3, "skin": 0.2}, solver={"tol": 1e-8})
     seen = []
-    sim, _ = run_sim(deck, comm=world, record=lambda s: seen.append(gather_by_gid(s)[0]))
+    sim, _ = run_sim(deck, comm=world, record=lambda s: seen.append(s.gather()[0]))
     for g in seen:
         assert np.array_equal(g, np.arange(40))
     # positions wrapped into the box, and every body travelled more than one box length
-    g, x = gather_by_gid(sim)
+    g, x = sim.gather()
     assert np.all((x >= 0) & (x < [8, 4, 4]))
     assert sim.time * 60.0 / (6 * np.pi * 1.0 * 0.3) > 8.0

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from tests.helpers import gather_by_gid, make_deck, run_sim
+from tests.helpers import make_deck, run_sim
 
 SELF = MPI.COMM_SELF
 
@@ -97,8 +97,8 @@ def test_rank_count_independence_spheres():
         contact={"overlap_tol": 1e-3, "skin": 0.2}, solver={"tol": 1e-7})
     ref, dref = run_sim(deck, comm=SELF)
     par, dpar = run_sim(deck, comm=MPI.COMM_WORLD)
-    g1, x1 = gather_by_gid(ref)
-    g2, x2 = gather_by_gid(par)
+    g1, x1 = ref.gather()
+    g2, x2 = par.gather()
     assert np.array_equal(g1, g2)
     assert np.allclose(x1, x2, atol=1e-5)
     assert [d["constraints"] for d in dref] == [d["constraints"] for d in dpar]

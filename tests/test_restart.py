@@ -19,7 +19,7 @@ from mpi4py import MPI
 
 from relcp_mpi.config.deck import validate
 from relcp_mpi.io.checkpoint import CheckpointError, checkpoint_path, latest_checkpoint, verify_checkpoint
-from tests.helpers import (ROOT, UNDER_LAUNCHER, clean_env, gather_by_gid, mpirun_path, run_cli, snapshot,
+from tests.helpers import (ROOT, UNDER_LAUNCHER, clean_env, mpirun_path, run_cli, snapshot,
                            write_deck)
 
 WORLD = MPI.COMM_WORLD
@@ -62,15 +62,14 @@ def pile_deck(*a, **k):
 
 
 def run_fresh(deck, comm):
-    from relcp_mpi.simulation import Simulation
-    sim = Simulation(deck, "", comm)
-    sim.check_initial_overlap()
+    from relcp_mpi import Simulation
+    sim = Simulation.from_deck(deck, comm=comm)
     sim.run()
     return sim
 
 
 def state(sim):
-    return {f: gather_by_gid(sim, f) for f in FIELDS}
+    return {f: sim.gather(f) for f in FIELDS}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -141,7 +140,7 @@ def test_bitwise_continuation_with_division_and_rebalancing(shared_dir, hang_gua
     from relcp_mpi.simulation import Simulation
     N, k = 40, 24
     ref = run_fresh(validate(colony_raw(os.path.join(shared_dir, "ref"), N)), WORLD)
-    want = {f: gather_by_gid(ref, f) for f in FIELDS + ("shape",)}
+    want = {f: ref.gather(f) for f in FIELDS + ("shape",)}
     d = os.path.join(shared_dir, "run")
     part = run_fresh(validate(colony_raw(d, k, checkpoint_every=k)), WORLD)
     assert part.n_global > 12                                                # cells divided before k
@@ -153,7 +152,7 @@ def test_bitwise_continuation_with_division_and_rebalancing(shared_dir, hang_gua
         assert ref.n_rebalances > 0
     assert sim.n_rebalances == ref.n_rebalances
     for f in FIELDS + ("shape",):
-        g, v = gather_by_gid(sim, f)
+        g, v = sim.gather(f)
         assert np.array_equal(g, want[f][0])
         assert np.array_equal(v, want[f][1]), f
 

@@ -9,7 +9,8 @@ Top-level sections (defaults in ``SCHEMA``)::
     engine: relcp | event_driven   which engine runs the deck
     seed: int                      seed of all random streams, keyed by (seed, step, body id)
     time:     {dt: float > 0, steps: int >= 0 | t_end: float, max_halvings: int >= 0 (redo a failed step as
-               two of dt/2, down to dt/2^k; 0 = off)}
+               two of dt/2, down to dt/2^k; 0 = off), keep_halved_steps: int >= 0 (after a halved step keep
+               its finer dt until this many steps in a row succeed; 0 = back to dt at once)}
     box:      {lo: [3 floats], hi: [3 floats], periodic: [3 bools]}
     walls:    list of {point: [3], normal: [3]}   planes; the normal points into the allowed side
     fluid:    {viscosity: float > 0}
@@ -99,6 +100,7 @@ SCHEMA = {
         "steps": (INT, None, _nonneg),
         "t_end": (FLOAT, None, _nonneg),
         "max_halvings": (INT, 0, _nonneg),
+        "keep_halved_steps": (INT, 0, _nonneg),
     },
     "box": {
         "lo": (ANY, [-10.0, -10.0, -10.0], _vec3),

@@ -1,0 +1,203 @@
+"""One time step of a ReLCP run, applied to a :class:`relcp_mpi.state.RunState` (collective).
+
+:meth:`StepEngine.single_step` is the data flow of a step:
+
+1. rebalance (RCB, when due), grow and divide cells (growth acts at the start of the step, so the step's LCP
+   resolves the new overlaps);
+2. :meth:`StepEngine.prepare`: migrate bodies (the warm-start rows travel with their body gid_i) to the rank
+   owning their centre, number the body rows of D (exscan), exchange ghosts;
+3. mobility blocks and unconstrained velocity U_ext = M F_ext + U_imposed of owned bodies;
+4. the ReLCP step (:func:`relcp_mpi.stepper.relcp.relcp_step`): pairs -> constraints -> solver -> trial update;
+5. commit positions, velocities, the warm-start table and the work weights into the state.
+
+The engine holds what does not belong to the run state: the deck's constants (box, walls, viscosity, step
+parameters), the persistent PETSc workspace, the ghost plan of the current step and the stage timer.
+"""
+import dataclasses
+
+import numpy as np
+from mpi4py import MPI
+
+from relcp_mpi.bodies.shapes import bounding_radius
+from relcp_mpi.bodies.store import BodyStore
+from relcp_mpi.contact.neighbors import candidate_pairs, wall_candidates
+from relcp_mpi.geometry.contact import pair_snsd, wall_snsd
+from relcp_mpi.io.progress import StageTimer
+from relcp_mpi.parallel import decomposition as pdecomp
+from relcp_mpi.parallel.exchange import exchange_rows
+from relcp_mpi.parallel.ghosts import exchange_ghosts, refresh_ghosts
+from relcp_mpi.parallel.migration import migrate
+from relcp_mpi.physics.growth import divide, grow
+from relcp_mpi.physics.mobility import mobility_blocks
+from relcp_mpi.state import box_of, empty_warm
+from relcp_mpi.stepper.relcp import StepInput, StepParams, StepSolver, relcp_step
+
+
+class InitialOverlapError(ValueError):
+    """Bodies of the initial configuration overlap (``problems``: one line each; raised on every rank)."""
+
+    def __init__(self, problems):
+        self.problems = list(problems)
+        super().__init__("; ".join(self.problems))
+
+
+class StepEngine:
+    """Advances a RunState by one step of a given dt (collective over ``comm``)."""
+
+    def __init__(self, deck, comm, state, timer=None):
+        self.comm = comm
+        self.timer = timer if timer is not None else StageTimer()
+        self.box = box_of(deck)
+        W = deck["walls"]
+        self.wall_points = np.array([w["point"] for w in W], float).reshape(-1, 3)
+        nrm = np.array([w["normal"] for w in W], float).reshape(-1, 3)
+        self.wall_normals = nrm / np.maximum(np.linalg.norm(nrm, axis=1, keepdims=True), 1e-300)
+        self.mu = float(deck["fluid"]["viscosity"])
+        c, s, par = deck["contact"], deck["solver"], deck["parallel"]
+        self.initial_overlap_tol = c["initial_overlap_tol"]
+        self.rcb = par["decomposition"] == "rcb"
+        self.rebalance_every = par["rebalance_every"]
+        self.imbalance_threshold = par["imbalance_threshold"]
+        self.seed = deck["seed"]
+        self.params = StepParams(dt=state.dt, overlap_tol=c["overlap_tol"], skin=state.skin,
+                                 max_depth=c["max_depth"], model=c["model"], ms_resolution=c["ms_resolution"],
+                                 method=s["method"], tol=s["tol"], max_iter=s["max_iter"],
+                                 recheck_neighbors=c["recheck_neighbors"])
+        self.workspace = StepSolver(comm)
+        self.has_growth = bool(comm.allreduce(bool(np.any(state.bodies.growth != 0)), op=MPI.LOR))
+        self.ghosts = None
+        self.contact_force = None
+
+    def free(self):
+        """Release the PETSc workspace (it is re-created by the next step)."""
+        self.workspace.free()
+
+    # ------------------------------------------------------------------------------------------------
+    def _rebalance_if_needed(self, st):
+        """RCB only: every ``rebalance_every`` steps, rebuild the decomposition if the work imbalance
+        (max/mean over ranks of bodies + constraint rows owned) exceeds ``imbalance_threshold``."""
+        if not self.rcb or not self.rebalance_every or st.step % self.rebalance_every:
+            return
+        w = st.work if st.work is not None and len(st.work) == len(st.bodies) else np.ones(len(st.bodies))
+        imb = pdecomp.imbalance(float(w.sum()), self.comm)
+        st.imbalance = float(imb)
+        if pdecomp.should_rebalance(st.step, self.rebalance_every, imb, self.imbalance_threshold):
+            with self.timer.stage("rebalance"):
+                st.decomp = pdecomp.RCBDecomposition(self.box, self.comm, self.box.wrap(st.bodies.x), w)
+            st.n_rebalances += 1
+
+    def prepare(self, st):
+        """Migrate (with the warm-start rows), number rows, exchange ghosts.  Returns (owned, ghosts)."""
+        comm = self.comm
+        with self.timer.stage("migrate"):
+            self._route_warm_with_bodies(st)
+            st.bodies = migrate(st.bodies, st.decomp, comm)
+        b = st.bodies
+        n = len(b)
+        offset = comm.exscan(n) or 0
+        b.row[:] = offset + np.arange(n)
+        st.row_starts = np.concatenate([[0], np.cumsum(comm.allgather(n))]).astype(np.int64)
+        with self.timer.stage("ghosts"):
+            st.decomp.validate_ghost_width(st.ghost_width)
+            ghosts, _ = exchange_ghosts(b, st.decomp, comm, st.ghost_width)
+        self.ghosts = ghosts
+        self._decomp = st.decomp
+        return b, ghosts
+
+    def _route_warm_with_bodies(self, st):
+        """Send warm-start rows to the rank that will own body gid_i after migration (collective).
+
+        Before migration every row's gid_i is an owned body of this rank (the pair owner owns the lower gid),
+        so a row goes wherever its body goes and warm starts survive migration."""
+        keys, vals = st.warm
+        if keys is None:
+            keys, vals = empty_warm()
+        b = st.bodies
+        order = np.argsort(b.gid)
+        pos = np.searchsorted(b.gid[order], keys["a"])
+        ok = (pos < len(b)) & (b.gid[order][np.minimum(pos, max(len(b) - 1, 0))] == keys["a"]) if len(b) else \
+            np.zeros(len(keys), bool)
+        keys, vals = keys[ok], vals[ok]
+        idx = order[pos[ok]]
+        dest = st.decomp.owner(self.box.wrap(b.x[idx])) if len(idx) else np.zeros(0, np.int64)
+        rows = np.stack([keys["a"], keys["b"], keys["k"]], axis=1).astype(np.float64) if len(keys) else \
+            np.zeros((0, 3))
+        recv = exchange_rows(np.concatenate([rows, vals], axis=1) if len(keys) else np.zeros((0, 7)),
+                             dest, self.comm)
+        k = np.empty(len(recv), dtype=keys.dtype)
+        k["a"], k["b"], k["k"] = (np.rint(recv[:, c]).astype(np.int64) for c in range(3))
+        st.warm = (k, recv[:, 3:].copy())
+
+    def _refresh(self, x_owned, q_owned, bodies):
+        """Ghost positions/orientations for trial owned states (collective, reuses the ghost plan)."""
+        with self.timer.stage("ghosts"):
+            trial = BodyStore(gid=bodies.gid, kind=bodies.kind, shape=bodies.shape, x=x_owned, q=q_owned)
+            g = refresh_ghosts(trial, self.ghosts, self._decomp, self.comm)
+        return g.x, g.q
+
+    # ------------------------------------------------------------------------------------------------
+    def initial_overlaps(self, st):
+        """Collective: the problems of the initial configuration (pairs or walls overlapping by more than
+        ``contact.initial_overlap_tol``), the same list on every rank (at most 10)."""
+        b, g = self.prepare(st)
+        X = np.concatenate([b.x, g.x])
+        Q = np.concatenate([b.q, g.q])
+        K = np.concatenate([b.kind, g.kind])
+        S = np.concatenate([b.shape, g.shape])
+        G = np.concatenate([b.gid, g.gid])
+        r = bounding_radius(K, S)
+        ia, ib = candidate_pairs(X, r, 0.0, n_owned=len(b))
+        keep = (G[ia] < G[ib]) & (ia < len(b)) | (G[ib] < G[ia]) & (ib < len(b))
+        ia, ib = ia[keep], ib[keep]
+        tol = self.initial_overlap_tol
+        geo = pair_snsd(K[ia], S[ia], X[ia], Q[ia], K[ib], S[ib], X[ib], Q[ib], check=True)
+        bad = geo.sep < -tol
+        msgs = [f"bodies {int(G[i])} and {int(G[j])} overlap by {-s:.3e} (> initial_overlap_tol {tol:g})"
+                for i, j, s in zip(ia[bad][:5], ib[bad][:5], geo.sep[bad][:5])]
+        wb, ww = wall_candidates(b.x, r[:len(b)], 0.0, self.wall_points, self.wall_normals)
+        wgeo = wall_snsd(b.kind[wb], b.shape[wb], b.x[wb], b.q[wb], self.wall_points[ww], self.wall_normals[ww])
+        wbad = wgeo.sep < -tol
+        msgs += [f"body {int(b.gid[i])} penetrates wall {int(w)} by {-s:.3e}"
+                 for i, w, s in zip(wb[wbad][:5], ww[wbad][:5], wgeo.sep[wbad][:5])]
+        return [m for part in self.comm.allgather(msgs) for m in part][:10]
+
+    def single_step(self, st, dt):
+        """One step of ``dt`` [T] (collective): advances ``st`` in place; returns the step's diagnostics
+        (constraints, active, depth, iterations, max_overlap, residual, and imbalance once measured)."""
+        comm = self.comm
+        self._rebalance_if_needed(st)
+        if self.has_growth:
+            with self.timer.stage("growth"):
+                grow(st.bodies, dt)
+                st.bodies, st.next_gid, ndiv = divide(st.bodies, comm, st.next_gid, self.seed, st.step)
+                st.n_global += ndiv
+                st.update_rmax(comm)
+        b, g = self.prepare(st)
+        n = len(b)
+        K = np.concatenate([b.kind, g.kind])
+        S = np.concatenate([b.shape, g.shape])
+        with self.timer.stage("mobility"):
+            blocks = mobility_blocks(b.kind, b.shape, b.q, self.mu, fixed=b.fixed)
+            U_ext = np.einsum("nij,nj->ni", blocks, b.f_ext) + b.u_imp
+        inp = StepInput(
+            comm=comm, n_owned=n, gid=np.concatenate([b.gid, g.gid]), row=np.concatenate([b.row, g.row]),
+            row_starts=st.row_starts, kind=K, shape=S, bound=bounding_radius(K, S),
+            x0=np.concatenate([b.x, g.x]), q0=np.concatenate([b.q, g.q]), blocks=blocks, U_ext=U_ext,
+            wall_points=self.wall_points, wall_normals=self.wall_normals,
+            refresh=lambda x, q: self._refresh(x, q, b), warm_keys=st.warm[0], warm_values=st.warm[1])
+        prm = dataclasses.replace(self.params, dt=dt, skin=st.skin)
+        with self.timer.stage("relcp"):
+            res = relcp_step(inp, prm, self.workspace, timer=self.timer)
+        b.x[:] = self.box.wrap(res.x)          # committed positions live in the box on periodic axes
+        b.q[:] = res.q
+        b.u[:] = res.U
+        self.contact_force = res.F          # (n_owned, 6) constraint force/torque of the step [F, F L]
+        own = res.table.ia[res.table.ia < len(b)]
+        st.work = 1.0 + np.bincount(own, minlength=len(b))
+        st.warm = res.warm_table()
+        st.step += 1
+        st.time += dt
+        diag = dict(res.diagnostics)
+        if st.imbalance is not None:
+            diag["imbalance"] = st.imbalance      # measured at the last rebalance check
+        return diag

@@ -1,0 +1,193 @@
+"""A run state to a checkpoint and back: :func:`write_state` and :func:`read_state` (restart).
+
+The checkpoint file format is :mod:`relcp_mpi.io.checkpoint`; this module decides what of a
+:class:`relcp_mpi.state.RunState` goes into it and how a state is rebuilt from it on any number of ranks:
+
+* bodies, the warm-start table (multiplier and hint normal per constraint row), step, time, dt, next gid,
+  the skin, the number of rebalances, the step policy's state;
+* what a restart on the same rank count needs to continue bit for bit: the ownership of the bodies during the
+  last step (``row_starts``; with the bodies' ``row`` it gives each body's rank) and, for RCB, the
+  decomposition tree.  On another rank count the decomposition is rebuilt and the run agrees to solver
+  tolerance.
+"""
+import copy
+import os
+
+import numpy as np
+import yaml
+from mpi4py import MPI
+
+from relcp_mpi.bodies.store import BodyStore
+from relcp_mpi.config.deck import DeckError, validate
+from relcp_mpi.io.checkpoint import (CheckpointError, check_compatible, checkpoint_path, latest_checkpoint,
+                                     read_checkpoint, write_checkpoint)
+from relcp_mpi.parallel import decomposition as pdecomp
+from relcp_mpi.parallel.exchange import exchange_rows
+from relcp_mpi.parallel.migration import migrate, pack_rows
+from relcp_mpi.state import (WARM_KEY_DTYPE, RunState, box_of, empty_warm, initial_skin, make_decomposition,
+                             n_steps_of)
+
+
+def checkpoint_prefix(deck):
+    """``<output.directory>/<name>_ckpt``: checkpoints are ``<prefix>_<step>.h5``."""
+    return os.path.join(deck["output"]["directory"], f"{deck['name']}_ckpt")
+
+
+def write_state(st, deck, deck_text, comm):
+    """Collective atomic checkpoint of the run state ``st``; returns its path.
+
+    The deck is stored as its YAML text, or the normalised deck when the run was built without text."""
+    if comm.rank == 0:
+        os.makedirs(deck["output"]["directory"], exist_ok=True)
+    keys, vals = st.warm
+    warm = None
+    if keys is not None:
+        warm = {"gid_i": keys["a"], "gid_j": keys["b"], "sub": keys["k"], "gamma": vals[:, 0],
+                "hint_x": vals[:, 1], "hint_y": vals[:, 2], "hint_z": vals[:, 3]}
+    meta = {"step": int(st.step), "time": float(st.time), "dt": float(st.dt),
+            "deck": deck_text if deck_text else deck,
+            "seed": int(deck["seed"]), "next_gid": int(st.next_gid), "n_steps": n_steps_of(deck),
+            "decomposition": deck["parallel"]["decomposition"], "n_bodies": int(st.n_global),
+            "skin": float(st.skin), "n_rebalances": int(st.n_rebalances),
+            "step_policy": {"level": int(st.policy["level"]), "ok": int(st.policy["ok"])}}
+    if st.row_starts is not None and len(st.row_starts) == comm.size + 1:
+        meta["row_starts"] = np.asarray(st.row_starts, dtype=np.int64)
+    if isinstance(st.decomp, pdecomp.RCBDecomposition):
+        meta["rcb"] = st.decomp.to_dict()
+    path = checkpoint_path(checkpoint_prefix(deck), st.step)
+    return write_checkpoint(path, comm, st.bodies, meta, warm, keep=deck["output"]["keep_checkpoints"])
+
+
+def _normalised_deck(d):
+    """A stored deck (YAML text or dict) in normalised form (defaults filled); the raw mapping if it does not
+    validate (e.g. written by another version)."""
+    if isinstance(d, str):
+        try:
+            d = yaml.safe_load(d)
+        except yaml.YAMLError:
+            return d            # check_compatible reports it
+    if not isinstance(d, dict):
+        return d
+    try:
+        return validate(copy.deepcopy(d))
+    except DeckError:
+        return d
+
+
+def resolve_checkpoint(path, deck, comm):
+    """``path``, or for 'latest' the newest valid checkpoint of the deck in its output directory."""
+    if path != "latest":
+        return os.fspath(path)
+    prefix = checkpoint_prefix(deck)
+    found = latest_checkpoint(prefix, valid_only=True) if comm.rank == 0 else None
+    found = comm.bcast(found, root=0)
+    if found is None:
+        raise CheckpointError(f"no valid checkpoint '{prefix}_<step>.h5' to restart from (--restart latest)")
+    return found
+
+
+def read_state(path, deck, comm):
+    """Rebuild the run state from a checkpoint for a validated deck (collective, any rank count).
+
+    ``path`` may be 'latest'.  Returns ``(state, meta, path)``.  Raises :class:`CheckpointError` on every
+    rank (message naming the file and the problem) when the file is missing, damaged, or was written for an
+    incompatible deck (different bodies, generators, box or walls)."""
+    path = resolve_checkpoint(path, deck, comm)
+    bodies, meta, warm = read_checkpoint(path, comm)
+    # compare the deck entries that must not change (bodies, generators, box, walls) in normalised form
+    # (defaults filled), so a checkpoint written from a dict matches the same deck given as text
+    m = dict(meta)
+    if m.get("deck") is not None:
+        m["deck"] = _normalised_deck(m["deck"])
+    check_compatible(m, deck, path=f"checkpoint {path}")
+
+    box = box_of(deck)
+    same_ranks = int(meta.get("n_ranks_written", -1)) == comm.size
+    decomp = make_decomposition(deck, box, comm, bodies.x)
+    rcb = meta.get("rcb")
+    if same_ranks and isinstance(decomp, pdecomp.RCBDecomposition) and isinstance(rcb, dict) and \
+            int(rcb.get("size", -1)) == comm.size:
+        # partition exactly as the interrupted run did (its tree may also come from a rebalance); the
+        # bodies first go to the owners of the provisional decomposition, as a fresh start does
+        bodies = migrate(bodies, decomp, comm)
+        try:
+            decomp = pdecomp.RCBDecomposition.from_dict(box, comm, rcb)
+        except ValueError as exc:
+            raise CheckpointError(f"checkpoint {path}: stored RCB decomposition: {exc}") from None
+    bodies = migrate(bodies, decomp, comm)
+    st = RunState(bodies=bodies, dt=float(deck["time"]["dt"]), decomp=decomp, skin=0.0, rmax=0.0,
+                  step=int(meta["step"]), time=float(meta["time"]))
+    st.n_global = comm.allreduce(len(bodies))
+    st.next_gid = max(comm.allreduce(int(bodies.gid.max()) + 1 if len(bodies) else 0, op=MPI.MAX),
+                      int(meta.get("next_gid", 0)))
+    rs = meta.get("row_starts")
+    if same_ranks and isinstance(rs, list) and len(rs) == comm.size + 1:
+        # give every body back to the rank that owned it during the last step (its D row tells which):
+        # the next step starts from exactly the interrupted run's distribution (the rebalancing
+        # decision and its work weights depend on it), not from one recomputed from the positions
+        rs = np.asarray(rs, dtype=np.int64)
+        b = st.bodies
+        dest = np.clip(np.searchsorted(rs, b.row, side="right") - 1, 0, comm.size - 1)
+        st.bodies = BodyStore.unpack(exchange_rows(pack_rows(b), dest, comm)).sort_by_gid() \
+            if st.n_global else b
+        st.row_starts = rs
+    st.update_rmax(comm)
+    if deck["contact"]["skin"] is None and "skin" in meta:
+        # automatic skin: the one of the interrupted run (fixed at its start), not 0.25 r_max of now
+        st.skin = float(meta["skin"])
+    else:
+        st.skin = initial_skin(deck, st.rmax)
+    st.n_rebalances = int(meta.get("n_rebalances", 0))
+    pol = meta.get("step_policy")
+    if isinstance(pol, dict):
+        st.policy = {"level": int(pol.get("level", 0)), "ok": int(pol.get("ok", 0))}
+    st.warm = adopt_warm(_warm_from_columns(warm), st.bodies, comm)
+    # work per body of the last step (1 + its constraint rows = its warm-start rows), for rebalancing
+    b = st.bodies
+    idx = np.searchsorted(b.gid, st.warm[0]["a"]) if len(b) else np.zeros(0, np.int64)
+    st.work = 1.0 + np.bincount(idx, minlength=len(b)).astype(np.float64)
+    return st, meta, path
+
+
+def _warm_from_columns(warm):
+    """The checkpoint's warm-start columns as (keys, values (c, 4)); hints NaN in older checkpoints."""
+    if not warm or "gid_i" not in warm:
+        return empty_warm()
+    keys = np.empty(len(warm["gid_i"]), dtype=WARM_KEY_DTYPE)
+    keys["a"], keys["b"], keys["k"] = warm["gid_i"], warm["gid_j"], warm["sub"]
+    vals = np.full((len(keys), 4), np.nan)
+    vals[:, 0] = warm["gamma"]
+    if all(c in warm for c in ("hint_x", "hint_y", "hint_z")):
+        vals[:, 1], vals[:, 2], vals[:, 3] = warm["hint_x"], warm["hint_y"], warm["hint_z"]
+    return keys, vals
+
+
+def adopt_warm(warm, bodies, comm):
+    """Send every warm-start row to the rank owning its body gid_i (collective); returns (keys, values).
+
+    The rows arrive in an arbitrary block split (checkpoint reader) and the owner of a gid is only known to
+    that owner, so a distributed directory is used (no rank gathers the table): rows and (gid, owner)
+    records both go to rank ``gid mod P``, which matches them and forwards each row to the owner.  Rows
+    whose body no longer exists are dropped.  The order of the resulting table does not matter (the stepper
+    matches warm starts by key)."""
+    P, rank = comm.size, comm.rank
+    keys, vals = warm
+    # int64 rows (the multiplier and the hint travel as their bit patterns: exact)
+    rows = np.zeros((len(keys), 7), dtype=np.int64)
+    if len(keys):
+        rows[:, 0], rows[:, 1], rows[:, 2] = keys["a"], keys["b"], keys["k"]
+        rows[:, 3:] = np.ascontiguousarray(vals, dtype=np.float64).view(np.int64)
+    at_dir = exchange_rows(rows, np.mod(rows[:, 0], P), comm, dtype=np.int64)
+    gid = np.asarray(bodies.gid, dtype=np.int64)
+    own = exchange_rows(np.stack([gid, np.full(len(gid), rank, np.int64)], axis=1), np.mod(gid, P), comm,
+                        dtype=np.int64)
+    order = np.argsort(own[:, 0], kind="stable")
+    og = own[order, 0]
+    pos = np.searchsorted(og, at_dir[:, 0])
+    pc = np.minimum(pos, max(len(og) - 1, 0))
+    hit = (pos < len(og)) & (og[pc] == at_dir[:, 0]) if len(og) else np.zeros(len(at_dir), bool)
+    dest = own[order, 1][pc[hit]] if len(og) else np.zeros(0, np.int64)
+    got = exchange_rows(at_dir[hit], dest, comm, dtype=np.int64)
+    k = np.empty(len(got), dtype=WARM_KEY_DTYPE)
+    k["a"], k["b"], k["k"] = got[:, 0], got[:, 1], got[:, 2]
+    return k, np.ascontiguousarray(got[:, 3:]).view(np.float64).copy()
