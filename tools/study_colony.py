@@ -15,7 +15,8 @@ as the colony spreads) under MPI until the global cell count reaches ``--target-
                               final max/mean bodies per rank, ...;
 A step whose LCP solve fails (SolverError, e.g. an infeasible grown LCP) or that hits the ReLCP recursion limit
 is undone and redone as two steps of dt/2 (up to ``--max-halvings`` times; the following steps keep the finer
-sub-steps until 10 steps in a row succeed; column ``substeps``), see :func:`step_adaptive`.
+sub-steps until ``--keep-halved`` steps in a row succeed; column ``substeps``): the driver's step policy
+(deck keys ``time.max_halvings`` and ``time.keep_halved_steps``, set from these options).
 
 * results/colony.png          cell count vs time (log axis), max overlap vs step with the overlap_tol line,
                               wall time per step vs cell count.
@@ -44,7 +45,7 @@ import traceback
 
 import numpy as np
 
-from study_common import machine, plt
+from study_common import machine, plt, run_rows
 from study_common import write_csv as _write_csv
 
 
@@ -55,103 +56,6 @@ def write_csv(path, rows):
 
 STAGES = ("rebalance", "growth", "migrate", "ghosts", "mobility", "neighbors", "geometry", "assembly", "solve",
           "recursion")
-
-
-STEP_FAILURES = ("SolverError", "RecursionDepthError")
-
-
-def _snapshot(sim):
-    """What Simulation.step_once changes (Simulation._snapshot) plus the diagnostics of the last step."""
-    return dict(sim._snapshot(), diag=dict(sim.diag))
-
-
-def _restore(sim, snap):
-    sim._restore(snap)
-    sim.diag = dict(snap["diag"])
-
-
-def _set_dt(sim, dt):
-    sim.dt = dt
-    sim.params.dt = dt
-
-
-def step_adaptive(sim, max_halvings, log, state):
-    """One macro step of the deck's dt, made of 2^k sub-steps of dt/2^k (k = ``state['level']``, 0 at first).
-
-    If a sub-step fails with an LCP solver failure (e.g. an infeasible grown LCP) or the ReLCP recursion-depth
-    limit, the state is restored and that sub-step is redone as two sub-steps of half its dt (recursively, down
-    to dt/2^max_halvings).  Both errors are global decisions, so every rank takes the same branch.  After a
-    macro step with a failure, k is raised to the finest level that was needed (the colony's stress only grows,
-    so the next step would most likely fail at the coarser dt again, and a failed solve costs max_iter
-    iterations); after 10 macro steps without failure k is lowered by one.
-    Returns (diag merged over the sub-steps, number of sub-steps)."""
-    dt0 = sim.dt
-    deepest = [state["level"]]
-    failed = [False]
-
-    def run(dt, level):
-        snap = _snapshot(sim)
-        _set_dt(sim, dt)
-        try:
-            sim.step_once()
-            return [dict(sim.diag)]
-        except Exception as exc:
-            if type(exc).__name__ not in STEP_FAILURES or level >= max_halvings:
-                raise
-            log(f"step {state['macro'] + 1}: {type(exc).__name__} with dt={dt:g} ({str(exc)[:160]}); "
-                f"redoing it as two steps of dt={dt / 2:g}")
-            failed[0] = True
-            deepest[0] = max(deepest[0], level + 1)
-            _restore(sim, snap)
-            return run(dt / 2, level + 1) + run(dt / 2, level + 1)
-
-    step0 = sim.step
-    state["macro"] = step0
-    n = 2 ** state["level"]
-    diags = []
-    try:
-        for _ in range(n):
-            diags += run(dt0 / n, state["level"])
-    finally:
-        _set_dt(sim, dt0)
-    if failed[0]:
-        state["level"], state["ok"] = deepest[0], 0
-    else:
-        state["ok"] += 1
-        if state["level"] > 0 and state["ok"] >= 10:
-            state["level"] -= 1
-            state["ok"] = 0
-    sim.step = step0 + 1                 # sub-steps count as one step of the deck's dt
-    d = dict(diags[-1])
-    d["max_overlap"] = max(x["max_overlap"] for x in diags)
-    d["depth"] = max(x["depth"] for x in diags)
-    d["iterations"] = sum(x["iterations"] for x in diags)
-    d["residual"] = max(x.get("residual", 0.0) for x in diags)
-    sim.diag = d
-    return d, len(diags)
-
-
-def run_colony(deck, text, comm, on_step, stop, max_halvings, log):
-    """Like study_common.run_rows, with :func:`step_adaptive` steps."""
-    from relcp_mpi.simulation import Simulation
-    deck["output"]["trajectory_every"] = 0
-    sim = Simulation(deck, text, comm)
-    sim.check_initial_overlap()
-    state = {"level": 0, "ok": 0, "macro": 0}
-    try:
-        while sim.step < sim.n_steps:
-            comm.Barrier()
-            t0 = time.perf_counter()
-            diag, nsub = step_adaptive(sim, max_halvings, log, state)
-            comm.Barrier()
-            row = {"step": sim.step, "time": sim.time, "wall_s": time.perf_counter() - t0, "substeps": nsub}
-            row.update(diag)
-            on_step(sim, row)
-            if stop(sim, row):
-                break
-    finally:
-        sim.solver.free()
-    return sim
 
 
 def gid_check(sim, exact):
@@ -284,6 +188,8 @@ def main():
     ap.add_argument("--save-every", type=int, default=100, help="rewrite the CSVs every N steps")
     ap.add_argument("--max-halvings", type=int, default=4,
                     help="a step whose LCP solve or recursion fails is redone as 2 steps of dt/2, up to N times")
+    ap.add_argument("--keep-halved", type=int, default=10,
+                    help="after a halved step keep the finer dt until N steps in a row succeed")
     a = ap.parse_args()
     from mpi4py import MPI
     from relcp_mpi.config.deck import load
@@ -291,22 +197,18 @@ def main():
     from relcp_mpi.parallel.errors import install_excepthook
     comm = MPI.COMM_WORLD
     install_excepthook(comm)                 # an exception on one rank aborts the job (no hang)
-    deck, text = load(a.deck)
+    deck, _ = load(a.deck)
     if a.max_steps is not None:
-        deck["time"]["steps"] = a.max_steps
+        deck["time"]["steps"], deck["time"]["t_end"] = a.max_steps, None
     deck["output"]["progress_every"] = 0
+    deck["time"]["max_halvings"], deck["time"]["keep_halved_steps"] = a.max_halvings, a.keep_halved
     rows = []
     state = {"t0": time.perf_counter(), "n_prev": None, "stage_prev": {}, "sim": None}
-
-    def log(msg):
-        if comm.rank == 0:
-            print(msg, flush=True)
 
     def on_step(sim, row):
         state["sim"] = sim
         counts = np.array(comm.allgather(len(sim.bodies)))
-        w = sim._work_per_body
-        imb = pdecomp.imbalance(float(np.sum(w)), comm)
+        imb = pdecomp.imbalance(float(np.sum(sim.state.work)), comm)
         first = state["n_prev"] is None
         divided = 0 if first else sim.n_global - state["n_prev"]
         state["n_prev"] = sim.n_global
@@ -318,7 +220,7 @@ def main():
         r = {"step": sim.step, "time": round(sim.time, 12), "cells": sim.n_global,
              "constraints": row["constraints"], "active": row["active"], "depth": row["depth"],
              "iterations": row["iterations"], "max_overlap": row["max_overlap"], "residual": row.get("residual"),
-             "wall_s": row["wall_s"], "substeps": row["substeps"], "imbalance": imb, "n_rebalances": sim.n_rebalances,
+             "wall_s": row["wall_s"], "substeps": row.get("substeps", 1), "imbalance": imb, "n_rebalances": sim.n_rebalances,
              "bodies_rank_min": int(counts.min()), "bodies_rank_max": int(counts.max()), "divided": divided}
         r.update({f"t_{k}": v for k, v in stage.items()})
         rows.append(r)
@@ -344,7 +246,7 @@ def main():
               flush=True)
     error = None
     try:
-        sim = run_colony(deck, text, comm, on_step, stop, a.max_halvings, log)
+        sim, _ = run_rows(deck, comm=comm, on_step=on_step, stop=stop)
     except Exception as exc:                  # write what we have, then fail
         error = f"{type(exc).__name__}: {exc}"
         sim = state["sim"]

@@ -5,7 +5,6 @@ import csv
 import os
 import platform
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -15,34 +14,23 @@ def machine():
     return f"{platform.node()} {platform.machine()} {multiprocessing.cpu_count()} cores, Python {platform.python_version()}"
 
 
-def run_rows(deck, text="", comm=None, label="", every=1, on_step=None, stop=None):
-    """Run a validated deck; return one dict per step (diagnostics + wall time of the step).
+def run_rows(deck, comm=None, label="", on_step=None, stop=None):
+    """Run a deck (no output files) with :class:`relcp_mpi.Simulation`; returns (sim, one dict per step:
+    diagnostics + wall time of the step on this rank).
 
     ``on_step(sim, row)`` is called after every step; ``stop(sim, row)`` (optional) ends the run early when it
     returns True -- it must return the same on every rank (base it on global quantities)."""
-    from mpi4py import MPI
-    from relcp_mpi.simulation import Simulation
-    comm = comm or MPI.COMM_WORLD
-    deck["output"]["trajectory_every"] = 0
-    sim = Simulation(deck, text, comm)
-    sim.check_initial_overlap()
+    from relcp_mpi import Simulation
+    sim = Simulation.from_deck(deck, comm=comm)
     rows = []
-    try:
-        while sim.step < sim.n_steps:
-            comm.Barrier()
-            t0 = time.perf_counter()
-            sim.step_once()
-            comm.Barrier()
-            wall = time.perf_counter() - t0
-            row = {"label": label, "step": sim.step, "time": sim.time, "wall_s": wall, "bodies": sim.n_global}
-            row.update({k: v for k, v in sim.diag.items()})
-            rows.append(row)
-            if on_step:
-                on_step(sim, row)
-            if stop is not None and stop(sim, row):
-                break
-    finally:
-        sim.solver.free()
+
+    def record(s):
+        rows.append({"label": label, "step": s.step, "time": s.time, "wall_s": s.step_wall, "bodies": s.n_global,
+                     **s.diag})
+        if on_step:
+            on_step(s, rows[-1])
+
+    sim.run(writers=[], on_step=record, until=(lambda s: stop(s, rows[-1])) if stop else None)
     return sim, rows
 
 
