@@ -29,6 +29,7 @@ from relcp_mpi.driver.policy import StepPolicy
 from relcp_mpi.driver.signals import (_SIGNAL_FLAG, EXIT_SIGNAL_CHECKPOINT, StopRequested,  # noqa: F401 (API)
                                       clear_pending_signal, install_signal_handlers, pending_signal)
 from relcp_mpi.io.restart import read_state, write_state
+from relcp_mpi.parallel.decomposition import GhostWidthError
 from relcp_mpi.state import fresh_state, n_steps_of
 
 
@@ -167,8 +168,12 @@ class Simulation:
 
     # ------------------------------------------------------------------------------------------------
     def check_initial_overlap(self):
-        """Collective: raise DeckError (on every rank) naming overlapping initial bodies."""
-        problems = self.engine.initial_overlaps(self.state)
+        """Collective: raise DeckError (on every rank) naming overlapping initial bodies, or a box too small
+        for the ghost layer (bodies + skin)."""
+        try:
+            problems = self.engine.initial_overlaps(self.state)
+        except GhostWidthError as exc:
+            raise DeckError([str(exc)]) from None
         if problems:
             raise DeckError(["initial configuration: " + m for m in problems])
 

@@ -252,25 +252,25 @@ def test_rcb_from_dict_rejects_bad_dicts(size):
 
 
 # ------------------------------------------------------------------------------------------------
-# ghost width too large for the box: DeckError, collectively
+# ghost width too large for the box: GhostWidthError collectively (a DeckError through the driver)
 def _small_periodic_box():
     return Box([-2, -2, -2], [2, 2, 2], periodic=[True, True, True])
 
 
 def test_ghost_width_too_large_is_a_deck_error():
-    from relcp_mpi.config.deck import DeckError
+    from relcp_mpi.parallel.decomposition import GhostWidthError
     d = CartesianDecomposition(_small_periodic_box(), comm)
     assert d.validate_ghost_width(1.999) == 1.999
-    with pytest.raises(DeckError) as ei:
+    with pytest.raises(GhostWidthError) as ei:
         d.validate_ghost_width(2.0)
     msg = str(ei.value)
-    assert len(ei.value.problems) == 1 and ei.value.problems[0].startswith("box: ")
+    assert msg.startswith("box: ")
     for s in ("ghost width 2", "periodic axis x", "length 4", "L/2 = 2", "enlarge the box", "contact.skin"):
         assert s in msg, msg
     # an invalid width stays a plain ValueError (programming error, not a deck problem)
     with pytest.raises(ValueError) as ei:
         d.validate_ghost_width(-1.0)
-    assert not isinstance(ei.value, DeckError)
+    assert not isinstance(ei.value, GhostWidthError)
 
 
 def test_too_small_periodic_box_deck_gives_deck_error():
@@ -291,6 +291,7 @@ def test_too_small_periodic_box_deck_gives_deck_error():
 @pytest.mark.mpi(min_size=2)
 def test_ghost_width_deck_error_on_every_rank():
     from relcp_mpi.config.deck import DeckError
+    from relcp_mpi.parallel.decomposition import GhostWidthError
     from relcp_mpi.simulation import Simulation
     from tests.helpers import make_deck
     d = CartesianDecomposition(_small_periodic_box(), comm)
@@ -298,17 +299,17 @@ def test_ghost_width_deck_error_on_every_rank():
     def outcome(width):
         try:
             d.validate_ghost_width(width)
-        except DeckError as e:
-            return ("DeckError", str(e))
+        except GhostWidthError as e:
+            return ("GhostWidthError", str(e))
         except Exception as e:  # noqa: BLE001
             return (type(e).__name__, str(e))
         return ("ok", "")
 
     got = comm.allgather(outcome(2.5))
-    assert got[0][0] == "DeckError" and all(g == got[0] for g in got), got
+    assert got[0][0] == "GhostWidthError" and all(g == got[0] for g in got), got
     # only the last rank passes a width that is too large: every rank raises, with that rank's message
     got = comm.allgather(outcome(3.0 if comm.rank == comm.size - 1 else 1.0))
-    assert got[0][0] == "DeckError" and "ghost width 3" in got[0][1] and all(g == got[0] for g in got), got
+    assert got[0][0] == "GhostWidthError" and "ghost width 3" in got[0][1] and all(g == got[0] for g in got), got
     assert comm.allgather(outcome(1.0)) == [("ok", "")] * comm.size
     # the same through the driver, for a deck whose periodic box is too small
     deck = make_deck(box={"lo": [-2, -2, -2], "hi": [2, 2, 2], "periodic": [True, True, True]},

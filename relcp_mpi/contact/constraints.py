@@ -17,6 +17,7 @@ Arrays (c = number of local constraints):
 """
 import numpy as np
 
+from relcp_mpi.parallel.exchange import exchange_rows
 from relcp_mpi.petsc import get_petsc
 
 _INT = ("ia", "ib", "gid_i", "gid_j", "sub", "level")
@@ -137,17 +138,6 @@ def assemble_D(table, body_row, row_starts, comm, col_offset, n_cols_global, D=N
 
 def _route_triplets(R, C, V, row_starts6, comm):
     """Send each (row, col, value) triplet to the rank owning its row; returns the received triplets."""
-    from mpi4py import MPI
     dest = np.searchsorted(row_starts6, R, side="right") - 1
-    order = np.argsort(dest, kind="stable")
-    buf = np.stack([R[order].astype(np.float64), C[order].astype(np.float64), V[order]], axis=1)
-    counts = np.bincount(dest, minlength=comm.size).astype(np.int64) * 3
-    rcounts = np.zeros_like(counts)
-    comm.Alltoall(counts, rcounts)
-    sdis = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    rdis = np.concatenate([[0], np.cumsum(rcounts)[:-1]])
-    rbuf = np.empty(int(rcounts.sum()))
-    comm.Alltoallv([np.ascontiguousarray(buf).ravel(), (counts, sdis), MPI.DOUBLE],
-                   [rbuf, (rcounts, rdis), MPI.DOUBLE])
-    rbuf = rbuf.reshape(-1, 3)
-    return rbuf[:, 0].astype(np.int64), rbuf[:, 1].astype(np.int64), rbuf[:, 2]
+    got = exchange_rows(np.stack([R.astype(np.float64), C.astype(np.float64), V], axis=1), dest, comm)
+    return got[:, 0].astype(np.int64), got[:, 1].astype(np.int64), got[:, 2]

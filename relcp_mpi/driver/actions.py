@@ -16,6 +16,7 @@ from mpi4py import MPI
 
 from relcp_mpi.driver.signals import StopRequested, clear_pending_signal, pending_signal
 from relcp_mpi.io.progress import Progress as _ProgressLine
+from relcp_mpi.parallel.errors import collective_guard
 
 
 class Action:
@@ -81,9 +82,9 @@ class Trajectory(Action):
         from relcp_mpi.io.trajectory import TrajectoryWriter
         path = self.path or os.path.join(sim.output_directory, f"{sim.name}.h5")
         d = os.path.dirname(path)
-        if sim.comm.rank == 0 and d:
-            os.makedirs(d, exist_ok=True)
-        sim.comm.Barrier()
+        with collective_guard(sim.comm, "trajectory directory"):
+            if sim.comm.rank == 0 and d:
+                os.makedirs(d, exist_ok=True)
         continuing = sim.restarted_from is not None or sim.step > 0
         self.writer = TrajectoryWriter(path, sim.comm, append=continuing,
                                        restart_step=sim.step if continuing else None)

@@ -25,6 +25,9 @@ import hashlib
 
 import numpy as np
 
+from relcp_mpi.parallel.errors import agree as agree_all, first_message
+from relcp_mpi.parallel.exchange import exchange_counts, exchange_sorted
+
 try:  # h5py with MPI support (Debian: needs H5PY_ALWAYS_USE_MPI=1)
     import h5py
     from h5py import h5fd, h5p, h5s
@@ -73,7 +76,6 @@ def sort_rows_by_key(comm, keys, rows):
     Returns ``(keys_sorted, rows_sorted)`` on every rank.  Collective.  Keys must be int64 and should be
     unique (ties are kept together on one rank but their relative order follows the source ranks).
     """
-    from mpi4py import MPI
     keys = np.ascontiguousarray(keys, dtype=np.int64).reshape(-1)
     rows = np.ascontiguousarray(rows, dtype=np.float64)
     if rows.ndim == 1:
@@ -110,18 +112,10 @@ def sort_rows_by_key(comm, keys, rows):
         splitters = np.zeros(P - 1, np.int64)
     dest = np.searchsorted(splitters, keys, side="left")  # bucket r holds splitter[r-1] < key <= splitter[r]
     send_counts = np.bincount(dest, minlength=P).astype(np.int64)
-    recv_counts = np.empty(P, dtype=np.int64)
-    comm.Alltoall(send_counts, recv_counts)
-    sdispl = np.concatenate([[0], np.cumsum(send_counts)[:-1]])
-    rdispl = np.concatenate([[0], np.cumsum(recv_counts)[:-1]])
-    nrecv = int(recv_counts.sum())
-    # keys travel as an extra float64 column? no: send them separately as int64 (exact for any value)
-    rkeys = np.empty(nrecv, dtype=np.int64)
-    comm.Alltoallv([keys, (send_counts, sdispl), MPI.INT64_T], [rkeys, (recv_counts, rdispl), MPI.INT64_T])
-    rrows = np.empty((nrecv, width), dtype=np.float64)
-    if width:
-        comm.Alltoallv([rows, (send_counts * width, sdispl * width), MPI.DOUBLE],
-                       [rrows, (recv_counts * width, rdispl * width), MPI.DOUBLE])
+    recv_counts = exchange_counts(send_counts, comm)
+    # keys travel separately as int64 (exact for any value), rows as float64
+    rkeys = exchange_sorted(keys.reshape(-1, 1), send_counts, recv_counts, comm).reshape(-1)
+    rrows = exchange_sorted(rows, send_counts, recv_counts, comm)
     o = np.argsort(rkeys, kind="stable")
     return rkeys[o], rrows[o]
 
@@ -270,13 +264,10 @@ def serial_dataset_checksum(dset, name, block_rows=1 << 16):
 
 
 def agree(comm, exc, make_error):
-    """Collective error agreement: if any rank has a non-None ``exc`` raise ``make_error(message)`` on all ranks.
-
-    The message is the first failing rank's (suffixed with that rank when the communicator has several)."""
-    msgs = comm.allgather(None if exc is None else str(exc))
-    for r, m in enumerate(msgs):
-        if m is not None:
-            err = make_error(m if comm.size == 1 else f"{m} (reported by rank {r})")
-            if exc is not None:
-                raise err from exc
-            raise err
+    """Collective error agreement (:func:`relcp_mpi.parallel.errors.agree`): if any rank has a non-None
+    ``exc`` raise ``make_error(message)`` on all ranks.  The message is the lowest failing rank's (suffixed
+    with that rank when the communicator has several)."""
+    def make(messages):
+        r, m = first_message(messages)
+        return make_error(m if comm.size == 1 else f"{m} (reported by rank {r})")
+    agree_all(comm, exc, make)

@@ -22,6 +22,7 @@ from relcp_mpi.config.deck import DeckError, validate
 from relcp_mpi.io.checkpoint import (CheckpointError, check_compatible, checkpoint_path, latest_checkpoint,
                                      read_checkpoint, write_checkpoint)
 from relcp_mpi.parallel import decomposition as pdecomp
+from relcp_mpi.parallel.errors import collective_guard
 from relcp_mpi.parallel.exchange import exchange_rows
 from relcp_mpi.parallel.migration import migrate, pack_rows
 from relcp_mpi.state import (WARM_KEY_DTYPE, RunState, box_of, empty_warm, initial_skin, make_decomposition,
@@ -37,8 +38,9 @@ def write_state(st, deck, deck_text, comm):
     """Collective atomic checkpoint of the run state ``st``; returns its path.
 
     The deck is stored as its YAML text, or the normalised deck when the run was built without text."""
-    if comm.rank == 0:
-        os.makedirs(deck["output"]["directory"], exist_ok=True)
+    with collective_guard(comm, "checkpoint directory"):
+        if comm.rank == 0:
+            os.makedirs(deck["output"]["directory"], exist_ok=True)
     keys, vals = st.warm
     warm = None
     if keys is not None:

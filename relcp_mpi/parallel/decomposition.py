@@ -19,17 +19,20 @@ so that the nearest image of a partner within ``w`` is unique and reachable with
 (then a pair within ``w`` is never found twice through two images).  Walled axes impose no limit.
 Clipping onto the box is non-expansive, so pairs involving bodies beyond a wall are covered too.
 A violation is a deck problem (box too small for the bodies + skin): ``validate_ghost_width`` raises
-:class:`relcp_mpi.config.deck.DeckError` on every rank (collective decision), which ``relcp-mpi run``
-reports as bad input (exit 2).
+:class:`GhostWidthError` on every rank (collective decision), which the driver reports as a deck error
+(``relcp-mpi run``: bad input, exit 2).
 """
 import numpy as np
 
-from relcp_mpi.config.deck import DeckError
-
 from .box import Box
+from .errors import agree
 
-__all__ = ["Decomposition", "CartesianDecomposition", "RCBDecomposition", "imbalance",
+__all__ = ["Decomposition", "CartesianDecomposition", "RCBDecomposition", "GhostWidthError", "imbalance",
            "should_rebalance"]
+
+
+class GhostWidthError(ValueError):
+    """The ghost width is too large for a periodic axis of the box (a deck problem: box, skin, body sizes)."""
 
 
 def _shift_candidates(box):
@@ -130,54 +133,42 @@ class Decomposition:
         r, _ = self.ghost_targets(width)
         return np.unique(r[r != self.rank])
 
-    def max_ghost_width(self):
-        """Supremum of allowed ghost widths (exclusive): min L/2 over periodic axes, inf if none."""
-        L = self.box.lengths[self.box.periodic]
-        return float(L.min() / 2.0) if L.size else float("inf")
-
     def _ghost_width_problem(self, width):
-        """Local check of :meth:`validate_ghost_width`: ``(w, None)`` if fine, else ``(w, (kind, message))``
-        with kind ``'value'`` (not a finite number >= 0) or ``'deck'`` (too large for the box)."""
+        """Local check of :meth:`validate_ghost_width`: ``(w, None)`` if fine, else ``(w, exception)``:
+        ValueError (not a finite number >= 0) or GhostWidthError (too large for the box)."""
         try:
             w = float(width)
         except (TypeError, ValueError):
-            return None, ("value", f"ghost width must be a number, got {width!r}")
+            return None, ValueError(f"ghost width must be a number, got {width!r}")
         if not np.isfinite(w) or w < 0:
-            return w, ("value", f"ghost width must be finite and >= 0, got {width!r}")
+            return w, ValueError(f"ghost width must be finite and >= 0, got {width!r}")
         for ax in np.flatnonzero(self.box.periodic):
             L = float(self.box.lengths[ax])
             if not w < 0.5 * L:
                 name = "xyz"[ax]
-                return w, ("deck", (
+                return w, GhostWidthError(
                     f"box: ghost width {w:.12g} (2 x largest bounding radius + 2 x contact.skin) is too large for "
                     f"periodic axis {name} of length {L:.12g}: it must be < L/2 = {0.5 * L:.12g} so that each pair "
                     f"within the ghost width has a unique nearest periodic image; enlarge the box along {name} "
                     f"(box.lo/box.hi), or reduce contact.skin or the largest body (the limit does not depend "
-                    f"on the number of ranks)"))
+                    f"on the number of ranks)")
         return w, None
 
     def validate_ghost_width(self, width):
         """Return ``float(width)``; raise unless 0 <= width < L_a/2 on every periodic axis a (see the module
-        docstring).  Collective over ``self.comm`` (one small allreduce when there are several ranks): the
-        verdict is the same on every rank even if the ranks passed different widths, and the error raised
-        is the one of the lowest failing rank, with the same message everywhere:
+        docstring).  Collective over ``self.comm`` (:func:`relcp_mpi.parallel.errors.agree`: one small
+        allreduce): the verdict is the same on every rank even if the ranks passed different widths, and the
+        error raised is the one of the lowest failing rank, with the same message everywhere:
 
-        * :class:`relcp_mpi.config.deck.DeckError` (a ``ValueError``) when the width is too large for the
-          box (the deck's box / skin / body sizes are incompatible), naming the width, the axis and its
-          length and what to change;
+        * :class:`GhostWidthError` (a ``ValueError``) when the width is too large for the box (the deck's
+          box / skin / body sizes are incompatible), naming the width, the axis and its length and what to
+          change;
         * ``ValueError`` when the width is not a finite number >= 0 (a programming error)."""
         w, problem = self._ghost_width_problem(width)
-        size = self.comm.Get_size() if self.comm is not None else 1
-        if size > 1:
-            from mpi4py import MPI
-            first_bad = self.comm.allreduce(self.rank if problem is not None else size, op=MPI.MIN)
-            if first_bad < size:
-                problem = self.comm.bcast(problem, root=first_bad)
-        if problem is not None:
-            kind, msg = problem
-            if kind == "deck":
-                raise DeckError([msg])
-            raise ValueError(msg)
+        if self.comm is not None:
+            agree(self.comm, problem)
+        elif problem is not None:
+            raise problem
         return w
 
 

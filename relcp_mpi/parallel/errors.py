@@ -61,18 +61,42 @@ def _describe(exc):
     return f"{type(exc).__name__}: {exc}"
 
 
-def _agree(comm, failed, local_msg, phase, local_tb=None):
-    """All ranks learn whether any failed (one allreduce); on failure every rank raises CollectiveError."""
+def agree(comm, exc=None, make_error=None):
+    """The agreement primitive: did any rank fail?  Every rank passes its local failure (an exception, or
+    None); every rank returns normally, or every rank raises the same error.
+
+    Cost when no rank failed: ONE allreduce of one integer.  On failure (only then) the failing ranks'
+    messages are gathered and every rank raises ``make_error(messages)`` -- ``messages`` is
+    ``{rank: (exception type name, str(exception))}`` of the failing ranks -- or, without ``make_error``, a
+    copy of the lowest failing rank's exception itself (sent pickled; it must be rebuildable from its
+    ``args``, as exceptions constructed from one message are).  On the failing ranks the local exception is
+    chained as ``__cause__``."""
     from mpi4py import MPI
-    flag = np.array([1 if failed else 0], dtype=np.int64)
-    anyf = np.zeros(1, dtype=np.int64)
-    comm.Allreduce(flag, anyf, op=MPI.MAX)
-    if anyf[0] == 0:
+    size = comm.Get_size()
+    first = int(comm.allreduce(comm.Get_rank() if exc is not None else size, op=MPI.MIN))
+    if first >= size:
         return
-    # failure path only: gather who failed and why (small pickled messages)
-    info = comm.allgather(local_msg if failed else None)
-    messages = {r: m for r, m in enumerate(info) if m is not None}
-    raise CollectiveError(phase, list(messages), messages, local_tb)
+    if make_error is None:
+        err = comm.bcast(exc if comm.Get_rank() == first else None, root=first)
+    else:
+        info = comm.allgather(None if exc is None else (type(exc).__name__, str(exc)))
+        err = make_error({r: m for r, m in enumerate(info) if m is not None})
+    raise err from (exc if exc is not err else None)
+
+
+def first_message(messages):
+    """(rank, message) of the lowest failing rank in an :func:`agree` ``messages`` dict."""
+    r = min(messages)
+    return r, messages[r][1]
+
+
+def _agree(comm, failed, local_msg, phase, local_tb=None):
+    """CollectiveError on every rank when any rank failed (the collective_guard contract)."""
+    exc = RuntimeError(local_msg) if failed else None
+
+    def make(messages):
+        return CollectiveError(phase, list(messages), {r: m for r, (_, m) in messages.items()}, local_tb)
+    agree(comm, exc, make)
 
 
 @contextlib.contextmanager

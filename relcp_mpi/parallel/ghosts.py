@@ -22,6 +22,7 @@ import numpy as np
 from ..bodies.store import PACK_WIDTH, BodyStore
 from .decomposition import point_box_distance
 from .errors import check_collective
+from .exchange import exchange_counts, exchange_sorted
 from .migration import pack_rows
 
 __all__ = ["exchange_ghosts", "refresh_ghosts", "GhostPlan"]
@@ -47,19 +48,6 @@ class GhostPlan:
     @property
     def n_ghost(self):
         return len(self.ghost_gid)
-
-
-def _displ(counts):
-    return np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-
-
-def _alltoallv(send, scount, rcount, width, comm):
-    from mpi4py import MPI
-    recv = np.empty((int(rcount.sum()), width), dtype=np.float64)
-    sc, rc = scount * width, rcount * width
-    comm.Alltoallv([np.ascontiguousarray(send, dtype=np.float64), (sc, _displ(sc)), MPI.DOUBLE],
-                   [recv, (rc, _displ(rc)), MPI.DOUBLE])
-    return recv
 
 
 def exchange_ghosts(bodies, decomp, comm, width, return_plan=False):
@@ -98,12 +86,11 @@ def exchange_ghosts(bodies, decomp, comm, width, return_plan=False):
         send_idx, send_shift, dest = np.zeros(0, np.int64), np.zeros((0, 3)), np.zeros(0, np.int64)
     # targets are ordered by rank, so rows are already grouped by destination
     scount = np.bincount(dest, minlength=size).astype(np.int64)
-    rcount = np.zeros(size, dtype=np.int64)
-    comm.Alltoall(scount, rcount)
+    rcount = exchange_counts(scount, comm)
     sent = bodies.take(send_idx)
     sent.x = sent.x + send_shift
     rows = np.concatenate([pack_rows(sent), send_shift], axis=1)
-    recv = _alltoallv(rows, scount, rcount, PACK_WIDTH + 3, comm)
+    recv = exchange_sorted(rows, scount, rcount, comm)
     g = BodyStore.unpack(recv[:, :PACK_WIDTH])
     shift = recv[:, PACK_WIDTH:]
     perm = np.lexsort((shift[:, 2], shift[:, 1], shift[:, 0], g.gid))
@@ -140,8 +127,7 @@ def refresh_ghosts(bodies, ghosts, decomp, comm, plan=None, check=True):
                                       f"call exchange_ghosts again after migration"), comm, phase="refresh_ghosts")
     i = plan.send_idx
     rows = np.concatenate([bodies.x[i] + plan.send_shift, bodies.q[i], bodies.u[i], bodies.shape[i]], axis=1)
-    width = sum(_REFRESH_WIDTHS)
-    recv = _alltoallv(rows, plan.scount, plan.rcount, width, comm)[plan.recv_perm]
+    recv = exchange_sorted(rows, plan.scount, plan.rcount, comm)[plan.recv_perm]
     c = 0
     for name, wd in zip(REFRESH_FIELDS, _REFRESH_WIDTHS):
         getattr(ghosts, name)[...] = recv[:, c:c + wd]

@@ -1,7 +1,7 @@
 """Body migration: every body goes to the rank that owns its centre.
 
-Body rows travel as packed float64 rows (:meth:`BodyStore.pack`) through buffer-based
-``Alltoall`` (counts) + ``Alltoallv`` (rows).  After the exchange a collective check verifies that
+Body rows travel as packed float64 rows (:meth:`BodyStore.pack`) through
+:func:`relcp_mpi.parallel.exchange.exchange_rows`.  After the exchange a collective check verifies that
 the global multiset of ids is unchanged and that ids are unique: ids are routed to a "checker" rank
 (``gid mod size``) together with the pre-migration ids, so lost, duplicated or spurious ids can be
 named.  Any problem raises :class:`MigrationError` (a :class:`CollectiveError`) on every rank.
@@ -10,8 +10,9 @@ import numpy as np
 
 from ..bodies.store import PACK_WIDTH, BodyStore
 from .errors import CollectiveError
+from .exchange import exchange_rows
 
-__all__ = ["migrate", "MigrationError", "alltoallv_rows", "pack_rows"]
+__all__ = ["migrate", "MigrationError", "pack_rows"]
 
 _MAX_LISTED = 20
 
@@ -22,31 +23,6 @@ class MigrationError(CollectiveError):
     def __init__(self, message):
         RuntimeError.__init__(self, message)
         self.phase, self.failed_ranks, self.messages, self.local_traceback = "migrate", [], {}, None
-
-
-def alltoallv_rows(rows, dest, comm, dtype=np.float64):
-    """Send row ``i`` of the 2-D array ``rows`` to rank ``dest[i]``; returns the received rows.
-
-    Received rows are ordered by source rank, then by their order on the source.  Uses one
-    ``Alltoall`` for the counts and one buffer-based ``Alltoallv`` for the data.
-    """
-    from mpi4py import MPI
-    size = comm.Get_size()
-    rows = np.asarray(rows, dtype=dtype)
-    width = rows.shape[1]
-    dest = np.asarray(dest, dtype=np.int64)
-    order = np.argsort(dest, kind="stable")
-    send = np.ascontiguousarray(rows[order])
-    scount = np.bincount(dest, minlength=size).astype(np.int64)
-    rcount = np.zeros(size, dtype=np.int64)
-    comm.Alltoall(scount, rcount)
-    recv = np.empty((int(rcount.sum()), width), dtype=dtype)
-    sc, rc = scount * width, rcount * width
-    sd = np.concatenate([[0], np.cumsum(sc)[:-1]])
-    rd = np.concatenate([[0], np.cumsum(rc)[:-1]])
-    mpitype = {np.dtype(np.float64): MPI.DOUBLE, np.dtype(np.int64): MPI.INT64_T}[np.dtype(dtype)]
-    comm.Alltoallv([send, (sc, sd), mpitype], [recv, (rc, rd), mpitype])
-    return recv
 
 
 def pack_rows(store):
@@ -83,7 +59,7 @@ def migrate(bodies, decomp, comm, check=True):
         raise MigrationError(f"migrate: {int(nbad[0])} bodies have non-finite positions "
                              f"(gids {_fmt_ids(bad)})")
     dest = decomp.owner(b.x)
-    recv = alltoallv_rows(pack_rows(b), dest, comm)
+    recv = exchange_rows(pack_rows(b), dest, comm)
     out = BodyStore.unpack(recv).sort_by_gid()
     if check:
         _check_ids(b.gid, out.gid, comm, size)
@@ -96,7 +72,7 @@ def _check_ids(pre, post, comm, size):
     tag = np.concatenate([np.zeros(len(pre), np.int64), np.ones(len(post), np.int64)])
     ids = np.concatenate([pre, post]).astype(np.int64)
     rows = np.stack([ids, tag], axis=1)
-    got = alltoallv_rows(rows, np.mod(ids, size), comm, dtype=np.int64)
+    got = exchange_rows(rows, np.mod(ids, size), comm, dtype=np.int64)
     g, t = got[:, 0], got[:, 1]
     uniq, inv = np.unique(g, return_inverse=True)
     npre = np.bincount(inv, weights=(t == 0), minlength=len(uniq)).astype(np.int64)
