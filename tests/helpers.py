@@ -34,6 +34,21 @@ def run_sim(deck, comm=None, steps=None, record=None):
     return sim, sim.history
 
 
+def aij_from_triplets(rows, cols, vals, n_rows_local, n_cols_local, comm):
+    """PETSc AIJ matrix (tests and tools) from global (row, col, value) triplets that any rank may hold;
+    duplicates are summed; ``n_rows_local`` / ``n_cols_local`` rows / columns owned by this rank.  Collective."""
+    from relcp_mpi.petsc import get_petsc
+    PETSc = get_petsc()
+    M = PETSc.Mat().createAIJ(size=((int(n_rows_local), None), (int(n_cols_local), None)), comm=comm)
+    M.setUp()
+    M.setOption(PETSc.Mat.Option.NEW_NONZERO_ALLOCATION_ERR, False)   # no preallocation (tests only)
+    rows, cols = np.asarray(rows, np.int64), np.asarray(cols, np.int64)
+    for r, c, v in zip(rows.tolist(), cols.tolist(), np.asarray(vals, float).tolist()):
+        M.setValue(r, c, v, addv=PETSc.InsertMode.ADD_VALUES)
+    M.assemble()
+    return M
+
+
 # ------------------------------------------------------------------------------------------------
 # subprocess helpers (tests/test_cli.py, tests/test_restart.py)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -6,7 +6,8 @@ import scipy.optimize
 
 from relcp_mpi.petsc import get_petsc
 from relcp_mpi.solver.lcp import METHODS, SolverError, SolverResult, minmap_residual, solve_lcp
-from relcp_mpi.solver.operator import ContactOperator, assemble_D
+from relcp_mpi.solver.operator import ContactOperator
+from tests.helpers import aij_from_triplets
 
 PETSc = get_petsc()
 SELF = PETSc.COMM_SELF
@@ -82,7 +83,7 @@ def block_diag(blocks):
 
 def contact_op(Dd, blocks):
     r, c = np.nonzero(Dd)
-    D = assemble_D(r, c, Dd[r, c], Dd.shape[0], Dd.shape[1], SELF)
+    D = aij_from_triplets(r, c, Dd[r, c], Dd.shape[0], Dd.shape[1], SELF)
     return ContactOperator(D, blocks), D
 
 
@@ -194,16 +195,6 @@ def test_shell_matches_assembled_and_diagonal(rng):
     assert np.allclose(arr(d), np.diag(A), rtol=1e-13)
     # D assembled exactly (dense compare)
     assert np.allclose(D.convert("dense").getDenseArray(), Dd)
-
-
-def test_assemble_D_sums_duplicates_and_checks_indices():
-    D = assemble_D([0, 0, 7], [1, 1, 0], [1.0, 2.5, -1.0], 12, 2, SELF)
-    Dd = D.convert("dense").getDenseArray()
-    assert Dd[0, 1] == 3.5 and Dd[7, 0] == -1.0 and np.count_nonzero(Dd) == 2
-    with pytest.raises(ValueError, match="row index"):
-        assemble_D([12], [0], [1.0], 12, 2, SELF)
-    with pytest.raises(ValueError, match="multiple of 6"):
-        assemble_D([], [], [], 5, 2, SELF)
 
 
 @pytest.mark.parametrize("method", ALL)
@@ -356,7 +347,7 @@ def test_zero_size(method):
     r = solve_lcp(A, q, x, method=method)
     assert r.converged and r.iterations == 0 and r.residual == 0.0 and r.certificate == 0.0
     # shell operator with no constraints (and no bodies)
-    D = assemble_D([], [], [], 0, 0, SELF)
+    D = aij_from_triplets([], [], [], 0, 0, SELF)
     op = ContactOperator(D, np.zeros((0, 6, 6)))
     r = solve_lcp(op, q, x, method=method)
     assert r.converged and r.iterations == 0

@@ -12,7 +12,8 @@ from mpi4py import MPI
 from relcp_mpi.petsc import get_petsc
 from relcp_mpi.solver import projection as pj
 from relcp_mpi.solver.lcp import SolverError, minmap_residual, solve_lcp
-from relcp_mpi.solver.operator import ContactOperator, assemble_D
+from relcp_mpi.solver.operator import ContactOperator
+from tests.helpers import aij_from_triplets
 
 PETSc = get_petsc()
 WORLD = MPI.COMM_WORLD
@@ -72,7 +73,7 @@ def build(sub, kind):
         # every rank passes the triplets of the constraints (columns) it owns, wherever their rows live
         rows, cols = np.nonzero(D[:, c0:c1])
         cols = cols + c0
-        Dm = assemble_D(rows, cols, D[rows, cols], 6 * (b1 - b0), c1 - c0, sub)
+        Dm = aij_from_triplets(rows, cols, D[rows, cols], 6 * (b1 - b0), c1 - c0, sub)
         op = ContactOperator(Dm, blocks[b0:b1])
         objs = [op, Dm]
     else:

@@ -27,7 +27,8 @@ PETSc = get_petsc()
 from mpi4py import MPI  # noqa: E402
 
 from relcp_mpi.solver.lcp import SolverError, solve_lcp  # noqa: E402
-from relcp_mpi.solver.operator import ContactOperator, assemble_D  # noqa: E402
+from relcp_mpi.solver.operator import ContactOperator  # noqa: E402
+from tests.helpers import aij_from_triplets  # noqa: E402
 
 
 def build(nc, ratio, span, seed, comm):
@@ -57,7 +58,7 @@ def build(nc, ratio, span, seed, comm):
     rows.append((6 * j[pj, None] + comp).ravel())
     cols.append(np.repeat(k[pj], 6))
     vals.append(col_j[pj].ravel())
-    D = assemble_D(np.concatenate(rows), np.concatenate(cols), np.concatenate(vals), 6 * (b1 - b0), m, comm)
+    D = aij_from_triplets(np.concatenate(rows), np.concatenate(cols), np.concatenate(vals), 6 * (b1 - b0), m, comm)
     nbl = b1 - b0
     G = 0.2 * rng.standard_normal((nbl, 6, 6))
     base = np.diag([1.0 / (6 * np.pi)] * 3 + [1.0 / (8 * np.pi)] * 3)

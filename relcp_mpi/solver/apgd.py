@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from relcp_mpi.solver.lcp import (FusedReducer, finish, minmap_local, mpi_comm_of,
-                                  start_projected_gradient, work_vecs)
+from relcp_mpi.solver.base import (FusedReducer, LCPSolver, minmap_local, mpi_comm_of, start_projected_gradient,
+                                   work_vecs)
 
-__all__ = ["solve_apgd", "estimate_lmax"]
+__all__ = ["APGD", "estimate_lmax"]
 
 
 def _start_vector(v):
@@ -62,67 +62,70 @@ def estimate_lmax(A, template, iters=10):
     return float(lam)
 
 
-def solve_apgd(A, q, x, tol=1e-8, max_iter=10000, raise_on_fail=True, mu=None, L=None, power_iters=10,
-               L_safety=1.05, restart=True, **unused):
-    if unused:
-        raise TypeError("apgd: unknown options %s" % sorted(unused))
-    st = start_projected_gradient(A, q, x, "apgd", 4)      # x_0 = P(x_in), g(x_0), r_0
-    red, X, Q, res, history = st.red, st.X, st.Q, st.residual, st.history
-    g = st.vecs[0]
-    G, XO, GO, GY = st.arrays   # g(x_k), x_{k-1}, g(x_{k-1}), g(y_k)
-    Yv = np.empty_like(X)  # y_k
-    D = np.empty_like(X)
-    it = 0
-    converged = res <= tol
-    if converged:
-        g.stateIncrease()
-        return finish(A, q, x, g, method="apgd", converged=True, iterations=0, residual=res, history=history,
-                      tol=tol, t=1.0, mu=mu, raise_on_fail=raise_on_fail)
+class APGD(LCPSolver):
+    """Accelerated projected gradient with adaptive restart (see the module docstring)."""
 
-    if L is None:
-        L = L_safety * estimate_lmax(A, x, power_iters)
-    L = float(L) if (L and np.isfinite(L) and L > 0) else 1.0
-    theta = 1.0
-    Yv[:] = X
-    GY[:] = G
-    n_backtrack = 0
-    while it < max_iter:
-        XO[:] = X
-        GO[:] = G
-        while True:
-            t = 1.0 / L
-            np.multiply(GY, -t, out=X)
-            X += Yv
-            np.maximum(X, 0.0, out=X)
-            x.stateIncrease()
-            A.mult(x, g)
-            G += Q
-            np.subtract(X, Yv, out=D)
-            dAd = D @ (G - GY)
-            dd = D @ D
-            rst = -(D @ (X - XO))
-            (dd, dAd, rst), (res,) = red.reduce([dd, dAd, rst], [minmap_local(X, G)])
-            if dAd <= L * dd * (1.0 + 1e-10) or not np.isfinite(dAd):
+    def solve(self, A, q, x, tol=1e-8, max_iter=10000, raise_on_fail=True, mu=None, L=None, power_iters=10,
+              L_safety=1.05, restart=True, **unused):
+        if unused:
+            raise TypeError("apgd: unknown options %s" % sorted(unused))
+        st = start_projected_gradient(A, q, x, "apgd", 4)      # x_0 = P(x_in), g(x_0), r_0
+        red, X, Q, res, history = st.red, st.X, st.Q, st.residual, st.history
+        g = st.vecs[0]
+        G, XO, GO, GY = st.arrays   # g(x_k), x_{k-1}, g(x_{k-1}), g(y_k)
+        Yv = np.empty_like(X)  # y_k
+        D = np.empty_like(X)
+        it = 0
+        converged = res <= tol
+        if converged:
+            g.stateIncrease()
+            return self.finish(A, q, x, g, converged=True, iterations=0, residual=res, history=history,
+                          tol=tol, t=1.0, mu=mu, raise_on_fail=raise_on_fail)
+
+        if L is None:
+            L = L_safety * estimate_lmax(A, x, power_iters)
+        L = float(L) if (L and np.isfinite(L) and L > 0) else 1.0
+        theta = 1.0
+        Yv[:] = X
+        GY[:] = G
+        n_backtrack = 0
+        while it < max_iter:
+            XO[:] = X
+            GO[:] = G
+            while True:
+                t = 1.0 / L
+                np.multiply(GY, -t, out=X)
+                X += Yv
+                np.maximum(X, 0.0, out=X)
+                x.stateIncrease()
+                A.mult(x, g)
+                G += Q
+                np.subtract(X, Yv, out=D)
+                dAd = D @ (G - GY)
+                dd = D @ D
+                rst = -(D @ (X - XO))
+                (dd, dAd, rst), (res,) = red.reduce([dd, dAd, rst], [minmap_local(X, G)])
+                if dAd <= L * dd * (1.0 + 1e-10) or not np.isfinite(dAd):
+                    break
+                L *= 2.0
+                n_backtrack += 1
+            it += 1
+            history.append(res)
+            if res <= tol:
+                converged = True
                 break
-            L *= 2.0
-            n_backtrack += 1
-        it += 1
-        history.append(res)
-        if res <= tol:
-            converged = True
-            break
-        theta_new = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * theta * theta))
-        beta = (theta - 1.0) / theta_new
-        theta = theta_new
-        if restart and rst > 0.0:
-            theta, beta = 1.0, 0.0
-        # y = x + beta (x - x_old); g(y) = g + beta (g - g_old) by linearity
-        np.subtract(X, XO, out=Yv)
-        Yv *= beta
-        Yv += X
-        np.subtract(G, GO, out=GY)
-        GY *= beta
-        GY += G
-    g.stateIncrease()
-    return finish(A, q, x, g, method="apgd", converged=converged, iterations=it, residual=res, history=history,
-                  tol=tol, t=1.0 / L, mu=mu, raise_on_fail=raise_on_fail)
+            theta_new = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * theta * theta))
+            beta = (theta - 1.0) / theta_new
+            theta = theta_new
+            if restart and rst > 0.0:
+                theta, beta = 1.0, 0.0
+            # y = x + beta (x - x_old); g(y) = g + beta (g - g_old) by linearity
+            np.subtract(X, XO, out=Yv)
+            Yv *= beta
+            Yv += X
+            np.subtract(G, GO, out=GY)
+            GY *= beta
+            GY += G
+        g.stateIncrease()
+        return self.finish(A, q, x, g, converged=converged, iterations=it, residual=res, history=history,
+                      tol=tol, t=1.0 / L, mu=mu, raise_on_fail=raise_on_fail)

@@ -20,48 +20,51 @@ from __future__ import annotations
 
 import numpy as np
 
-from relcp_mpi.solver.lcp import finish, minmap_local, start_projected_gradient
+from relcp_mpi.solver.base import LCPSolver, minmap_local, start_projected_gradient
 
-__all__ = ["solve_bbpgd"]
+__all__ = ["BBPGD"]
 
 
-def solve_bbpgd(A, q, x, tol=1e-8, max_iter=10000, raise_on_fail=True, mu=None, step0=None, **unused):
-    if unused:
-        raise TypeError("bbpgd: unknown options %s" % sorted(unused))
-    st = start_projected_gradient(A, q, x, "bbpgd", 3)     # x_0 = P(x_in), g_0, r_0
-    red, X, Q, res, history = st.red, st.X, st.Q, st.residual, st.history
-    g = st.vecs[0]
-    G, XO, GO = st.arrays
-    S = np.empty_like(X)
-    Y = np.empty_like(X)
-    it = 0
-    alpha = float(step0) if step0 else (1.0 / res if res > 0 else 1.0)
-    converged = res <= tol
-    t_last = 1.0
-    while not converged and it < max_iter:
-        it += 1
-        XO[:] = X
-        GO[:] = G
-        np.multiply(GO, -alpha, out=X)
-        X += XO
-        np.maximum(X, 0.0, out=X)
-        x.stateIncrease()
-        t_last = alpha
-        A.mult(x, g)
-        G += Q
-        np.subtract(X, XO, out=S)
-        np.subtract(G, GO, out=Y)
-        (ss, sy, yy), (res,) = red.reduce([S @ S, S @ Y, Y @ Y], [minmap_local(X, G)])
-        history.append(res)
-        if res <= tol:
-            converged = True
-            break
-        if sy > 0.0 and np.isfinite(sy):
-            alpha = ss / sy if (it % 2 == 1) else sy / yy
-        else:
-            alpha = 1.0 / res if res > 0 else 1.0
-        if not (np.isfinite(alpha) and alpha > 0.0):
-            alpha = 1.0 / res if res > 0 else 1.0
-    g.stateIncrease()
-    return finish(A, q, x, g, method="bbpgd", converged=converged, iterations=it, residual=res,
-                  history=history, tol=tol, t=t_last, mu=mu, raise_on_fail=raise_on_fail)
+class BBPGD(LCPSolver):
+    """Barzilai-Borwein projected gradient (see the module docstring)."""
+
+    def solve(self, A, q, x, tol=1e-8, max_iter=10000, raise_on_fail=True, mu=None, step0=None, **unused):
+        if unused:
+            raise TypeError("bbpgd: unknown options %s" % sorted(unused))
+        st = start_projected_gradient(A, q, x, "bbpgd", 3)     # x_0 = P(x_in), g_0, r_0
+        red, X, Q, res, history = st.red, st.X, st.Q, st.residual, st.history
+        g = st.vecs[0]
+        G, XO, GO = st.arrays
+        S = np.empty_like(X)
+        Y = np.empty_like(X)
+        it = 0
+        alpha = float(step0) if step0 else (1.0 / res if res > 0 else 1.0)
+        converged = res <= tol
+        t_last = 1.0
+        while not converged and it < max_iter:
+            it += 1
+            XO[:] = X
+            GO[:] = G
+            np.multiply(GO, -alpha, out=X)
+            X += XO
+            np.maximum(X, 0.0, out=X)
+            x.stateIncrease()
+            t_last = alpha
+            A.mult(x, g)
+            G += Q
+            np.subtract(X, XO, out=S)
+            np.subtract(G, GO, out=Y)
+            (ss, sy, yy), (res,) = red.reduce([S @ S, S @ Y, Y @ Y], [minmap_local(X, G)])
+            history.append(res)
+            if res <= tol:
+                converged = True
+                break
+            if sy > 0.0 and np.isfinite(sy):
+                alpha = ss / sy if (it % 2 == 1) else sy / yy
+            else:
+                alpha = 1.0 / res if res > 0 else 1.0
+            if not (np.isfinite(alpha) and alpha > 0.0):
+                alpha = 1.0 / res if res > 0 else 1.0
+        g.stateIncrease()
+        return self.finish(A, q, x, g, converged=converged, iterations=it, residual=res,
+                      history=history, tol=tol, t=t_last, mu=mu, raise_on_fail=raise_on_fail)

@@ -10,8 +10,6 @@ passed wherever a PETSc Mat is expected (``solve_lcp``, TAO Hessian, KSP).  ``up
 ``D`` / ``M``: when the local and global sizes are unchanged the shell handle and the work Vecs are kept; when
 they change, the shell handle is re-created in place (same Python object) with new work Vecs.  Objects composed
 on the old handle (e.g. solver work Vecs) are released with it.
-
-:func:`assemble_D` builds ``D`` from COO triplets that any rank may hold (see its docstring).
 """
 from __future__ import annotations
 
@@ -24,7 +22,7 @@ from relcp_mpi.petsc import get_petsc
 
 PETSc = get_petsc()
 
-__all__ = ["ContactOperator", "assemble_D", "as_mpi_comm", "as_petsc_comm"]
+__all__ = ["ContactOperator", "as_mpi_comm", "as_petsc_comm"]
 
 # petsc4py 3.18 (Debian) segfaults at interpreter exit when a MATPYTHON shell whose context references other
 # PETSc objects is still alive.  Live operators are tracked weakly and destroyed by an atexit hook that runs before
@@ -210,105 +208,3 @@ class ContactOperator(PETSc.Mat):
         """Apply the block-diagonal M to a local body-dof array (``(6 n_local,)`` or ``(n_local, 6)``)."""
         u = np.asarray(u_local, dtype=np.float64).reshape(-1, 6)
         return np.einsum("bij,bj->bi", self._ctx.blocks, u).reshape(np.shape(u_local))
-
-
-def _allgather_sizes(mpicomm, n):
-    if mpicomm.Get_size() == 1:
-        return np.array([n], dtype=np.int64)
-    return np.array(mpicomm.allgather(int(n)), dtype=np.int64)
-
-
-def assemble_D(rows_global, cols_global, vals, n_body_dofs_local, n_constraints_local, comm=None):
-    """Assemble the MPIAIJ matrix ``D`` (body dofs x constraints) from COO triplets.
-
-    Parameters
-    ----------
-    rows_global, cols_global, vals : 1-D arrays of equal length
-        Triplets ``D[rows_global[k], cols_global[k]] += vals[k]``.  Indices are *global* (row = 6*global body
-        position in the rank-ordered body layout + component; column = global constraint index).  A rank may pass
-        entries of rows it does not own (e.g. the constraint owner passes both bodies' 6-blocks even when the
-        other body lives elsewhere); repeated (row, col) pairs are summed (ADD_VALUES).
-    n_body_dofs_local : int
-        Rows owned by this rank (6 x owned bodies); rows are owned contiguously in rank order.
-    n_constraints_local : int
-        Columns (constraints) owned by this rank, contiguous in rank order (defines the layout of gamma).
-    comm : mpi4py comm, PETSc Comm, or None (COMM_WORLD).  Collective.
-
-    Method: bad indices are detected on every rank first (collective ``ValueError``).  The triplets are then
-    routed to the owner of their row with one ``Alltoallv`` (this is the off-process stash done explicitly, which
-    lets us compute the *exact* diagonal/off-diagonal preallocation and keeps the insertion a single C loop),
-    duplicates are summed, the Mat is preallocated exactly and filled with ``MatSetValues(..., ADD_VALUES)``
-    (``setValuesRCV``), then assembled.  Any rank may own zero rows and/or zero columns.
-    """
-    from mpi4py import MPI
-
-    pcomm = as_petsc_comm(comm)
-    mcomm = pcomm.tompi4py()
-    size, rank = mcomm.Get_size(), mcomm.Get_rank()
-    rows = np.asarray(rows_global, dtype=np.int64).ravel()
-    cols = np.asarray(cols_global, dtype=np.int64).ravel()
-    vals = np.asarray(vals, dtype=np.float64).ravel()
-
-    nr_all = _allgather_sizes(mcomm, n_body_dofs_local)
-    nc_all = _allgather_sizes(mcomm, n_constraints_local)
-    r_ends = np.cumsum(nr_all)
-    c_ends = np.cumsum(nc_all)
-    Nr, Nc = int(r_ends[-1]), int(c_ends[-1])
-    rstart = int(r_ends[rank] - nr_all[rank])
-    cstart, cend = int(c_ends[rank] - nc_all[rank]), int(c_ends[rank])
-
-    bad = ""
-    if not (rows.size == cols.size == vals.size):
-        bad = "rows/cols/vals lengths differ (%d, %d, %d)" % (rows.size, cols.size, vals.size)
-    elif rows.size and (rows.min() < 0 or rows.max() >= Nr):
-        bad = "row index out of range [0, %d)" % Nr
-    elif cols.size and (cols.min() < 0 or cols.max() >= Nc):
-        bad = "column index out of range [0, %d)" % Nc
-    elif n_body_dofs_local % 6:
-        bad = "n_body_dofs_local=%d is not a multiple of 6" % n_body_dofs_local
-    msgs = mcomm.allgather(bad) if size > 1 else [bad]
-    errs = ["rank %d: %s" % (r, m) for r, m in enumerate(msgs) if m]
-    if errs:
-        raise ValueError("assemble_D: " + "; ".join(errs))
-
-    # route triplets to row owners
-    if size > 1:
-        owner = np.searchsorted(r_ends, rows, side="right")
-        order = np.argsort(owner, kind="stable")
-        rows, cols, vals = rows[order], cols[order], vals[order]
-        scount = np.bincount(owner, minlength=size).astype(np.int64)
-        rcount = np.empty(size, dtype=np.int64)
-        mcomm.Alltoall(scount, rcount)
-        sdisp = np.concatenate(([0], np.cumsum(scount)[:-1]))
-        rdisp = np.concatenate(([0], np.cumsum(rcount)[:-1]))
-        ntot = int(rcount.sum())
-        out = []
-        for arr, mt in ((rows, MPI.INT64_T), (cols, MPI.INT64_T), (vals, MPI.DOUBLE)):
-            rb = np.empty(ntot, dtype=arr.dtype)
-            mcomm.Alltoallv([arr, (scount, sdisp), mt], [rb, (rcount, rdisp), mt])
-            out.append(rb)
-        rows, cols, vals = out
-
-    # combine duplicates, exact preallocation
-    nloc = int(n_body_dofs_local)
-    lr = rows - rstart
-    key = lr * max(Nc, 1) + cols
-    ukey, inv = np.unique(key, return_inverse=True)
-    uval = np.bincount(inv, weights=vals, minlength=ukey.size) if ukey.size else np.zeros(0)
-    urow = ukey // max(Nc, 1)
-    ucol = ukey % max(Nc, 1)
-    diag = (ucol >= cstart) & (ucol < cend)
-    d_nnz = np.bincount(urow[diag], minlength=nloc).astype(PETSc.IntType)
-    o_nnz = np.bincount(urow[~diag], minlength=nloc).astype(PETSc.IntType)
-
-    D = PETSc.Mat().create(comm=pcomm)
-    D.setSizes(((nloc, Nr), (int(n_constraints_local), Nc)))
-    D.setType(PETSc.Mat.Type.AIJ)
-    D.setPreallocationNNZ((d_nnz, o_nnz))
-    D.setOption(PETSc.Mat.Option.NEW_NONZERO_ALLOCATION_ERR, True)
-    if ukey.size:
-        R = (urow + rstart).astype(PETSc.IntType).reshape(-1, 1)
-        C = ucol.astype(PETSc.IntType).reshape(-1, 1)
-        D.setValuesRCV(R, C, uval.reshape(-1, 1), addv=PETSc.InsertMode.ADD_VALUES)
-    D.assemble()
-    return D
