@@ -27,7 +27,6 @@ surface: the ring-ring separation is the global minimum over both centre circles
 spheres overlap.  Ring with ellipsoid or spherocylinder is not implemented and raises
 :class:`NotImplementedError` (decks mixing them are rejected by the deck validation).
 """
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -37,6 +36,7 @@ from .sphere import sphere_sphere
 from .spherocylinder import capsule_capsule
 from .ellipsoid import sphere_vs_ellipsoid, capsule_vs_ellipsoid, ellipsoid_vs_ellipsoid
 from .torus import ring_ring_kernel, ring_sphere_kernel
+from .result import ContactGeometry  # noqa: F401 (the geometry contract, re-exported)
 from .wall import body_wall
 
 
@@ -46,18 +46,6 @@ class GeometryError(RuntimeError):
     def __init__(self, message, pairs=()):
         super().__init__(message)
         self.pairs = np.asarray(pairs, dtype=np.int64)
-
-
-@dataclass
-class ContactGeometry:
-    sep: np.ndarray        # (m,)   signed separation, negative = overlap
-    normal: np.ndarray     # (m, 3) unit, from j towards i
-    p_i: np.ndarray        # (m, 3) witness point on the surface of i (lab frame)
-    p_j: np.ndarray        # (m, 3) witness point on the surface of j
-    converged: np.ndarray  # (m,)   bool
-
-    def __len__(self):
-        return self.sep.shape[0]
 
 
 def _empty(m):

@@ -67,6 +67,7 @@ Ring - sphere and ring - wall are closed forms (:func:`ring_sphere`, :func:`ring
 import numpy as np
 
 from . import quaternion
+from .result import ContactGeometry
 
 _EPS = np.finfo(float).eps
 _TWO_PI = 2.0 * np.pi
@@ -77,7 +78,6 @@ _SQRT2 = np.sqrt(2.0)
 # helpers
 # ----------------------------------------------------------------------------------------------------------
 def _geometry(sep, n, p_i, p_j, conv):
-    from .contact import ContactGeometry   # lazy: contact.py imports this module
     return ContactGeometry(sep, n, p_i, p_j, conv)
 
 
