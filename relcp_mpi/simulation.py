@@ -64,7 +64,6 @@ class Simulation:
         self.steps_run = 0
         self.wall_time = 0.0
         self.restarted_from = None
-        self.restart_meta = None
         self.last_checkpoint = None
         self.last_checkpoint_step = None
 
@@ -93,10 +92,9 @@ class Simulation:
         if not deck_text:
             deck, deck_text = _deck_and_text(deck)
         comm = comm if comm is not None else MPI.COMM_WORLD
-        state, meta, path = read_state(path, deck, comm)
+        state, _, path = read_state(path, deck, comm)
         sim = cls(deck, deck_text, comm, state=state)
         sim.restarted_from = path
-        sim.restart_meta = meta
         return sim
 
     # ------------------------------------------------------------------------------------------------

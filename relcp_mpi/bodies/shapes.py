@@ -45,21 +45,3 @@ def volume(kind, shape):
     v = np.where(kind == ELLIPSOID, 4.0 / 3.0 * np.pi * shape.prod(axis=1), v)
     v = np.where(kind == RING, 2 * np.pi ** 2 * shape[:, 0] * shape[:, 1] ** 2, v)
     return v
-
-
-def validate_shape(kind_name, shape):
-    """Return a problem description for one body's shape, or None if it is valid."""
-    if kind_name not in KIND_CODES:
-        return f"unknown shape '{kind_name}' (expected one of {sorted(KIND_CODES)})"
-    s = np.asarray(shape, dtype=float)
-    if not np.all(np.isfinite(s)):
-        return "shape parameters must be finite"
-    if kind_name == "sphere" and not s[0] > 0:
-        return f"sphere radius must be > 0, got {s[0]}"
-    if kind_name == "spherocylinder" and not (s[0] > 0 and s[1] >= 0):
-        return f"spherocylinder needs radius > 0 and length >= 0, got radius={s[0]}, length={s[1]}"
-    if kind_name == "ellipsoid" and not np.all(s > 0):
-        return f"ellipsoid semi-axes must all be > 0, got {list(s)}"
-    if kind_name == "ring" and not (0 < s[1] < s[0]):
-        return f"ring needs 0 < radius (tube) < ring_radius, got ring_radius={s[0]}, radius={s[1]}"
-    return None

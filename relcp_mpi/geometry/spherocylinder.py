@@ -42,19 +42,6 @@ def perpendicular(a):
     return v / np.linalg.norm(v, axis=1)[:, None]
 
 
-def closest_point_segment(p, c, a, h):
-    """Closest point to p on the segment ``c + t a``, ``|t| <= h`` (a unit).
-
-    p, c, a: (m, 3); h: (m,).  Returns ``t (m,), point (m, 3)``.
-    """
-    p = np.asarray(p, dtype=float).reshape(-1, 3)
-    c = np.asarray(c, dtype=float).reshape(-1, 3)
-    a = np.asarray(a, dtype=float).reshape(-1, 3)
-    h = np.broadcast_to(np.asarray(h, dtype=float), p.shape[:1])
-    t = np.clip(_dot(p - c, a), -h, h)
-    return t, c + t[:, None] * a
-
-
 def closest_points_segments(c1, a1, h1, c2, a2, h2):
     """Closest points between segments ``c1 + s a1, |s| <= h1`` and ``c2 + t a2, |t| <= h2`` (a1, a2 unit).
 

@@ -107,11 +107,3 @@ def frames_in_file(h5file):
         out.append((g.name, int(g.attrs["step"]), float(g.attrs["time"]), int(g["gid"].shape[0])))
     out.sort(key=lambda r: r[1])
     return out
-
-
-def xdmf_for_trajectory(h5_path, xdmf_path=None):
-    """(Re)generate the sidecar of a closed trajectory file (serial)."""
-    import h5py
-    with h5py.File(h5_path, "r") as f:
-        frames = frames_in_file(f)
-    return write_xdmf(xdmf_path or xdmf_path_for(h5_path), h5_path, frames)

@@ -203,8 +203,3 @@ class ContactOperator(PETSc.Mat):
     def n_mult(self):
         """Number of operator applications so far (for benchmarks)."""
         return self._ctx.nmult
-
-    def apply_mobility(self, u_local):
-        """Apply the block-diagonal M to a local body-dof array (``(6 n_local,)`` or ``(n_local, 6)``)."""
-        u = np.asarray(u_local, dtype=np.float64).reshape(-1, 6)
-        return np.einsum("bij,bj->bi", self._ctx.blocks, u).reshape(np.shape(u_local))
