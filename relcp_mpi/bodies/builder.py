@@ -9,8 +9,8 @@ import numpy as np
 from relcp_mpi.bodies.shapes import KIND_CODES, bounding_radius
 from relcp_mpi.bodies.store import BodyStore
 from relcp_mpi.config.deck import DeckError
-from relcp_mpi.geometry import quaternion as quat
-from relcp_mpi.parallel import random as prandom
+from relcp_mpi.basics import quaternion as quat
+from relcp_mpi.basics import random as prandom
 
 
 def _orientation(spec, seed, gids, stream):

@@ -46,7 +46,7 @@ import functools
 import numpy as np
 
 from ..bodies.shapes import SPHERE, SPHEROCYLINDER, ELLIPSOID, RING, KIND_NAMES
-from ..geometry import quaternion
+from ..basics import quaternion
 from ..geometry.contact import ContactGeometry
 from ..geometry.ellipsoid import closest_point_body
 from ..geometry.sphere import sphere_sphere

@@ -27,7 +27,7 @@ distinct minimisers with the same value, e.g. coaxial rings), where normal and w
 import numpy as np
 
 from ..bodies.shapes import SPHERE, SPHEROCYLINDER, ELLIPSOID, RING
-from . import quaternion
+from ..basics import quaternion
 
 
 def fibonacci_sphere(n):

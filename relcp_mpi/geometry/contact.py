@@ -31,7 +31,7 @@ spheres overlap.  Ring with ellipsoid or spherocylinder is not implemented and r
 import numpy as np
 
 from ..bodies.shapes import SPHERE, SPHEROCYLINDER, ELLIPSOID, RING, KIND_NAMES
-from . import quaternion
+from ..basics import quaternion
 from .sphere import sphere_sphere
 from .spherocylinder import capsule_capsule
 from .ellipsoid import sphere_vs_ellipsoid, capsule_vs_ellipsoid, ellipsoid_vs_ellipsoid

@@ -16,7 +16,7 @@ threshold is certified farther apart than that threshold without running the ite
 import numpy as np
 
 from relcp_mpi.bodies.shapes import ELLIPSOID, RING, SPHERE, SPHEROCYLINDER
-from relcp_mpi.geometry import quaternion
+from relcp_mpi.basics import quaternion
 
 __all__ = ["support", "separation_lower_bound"]
 

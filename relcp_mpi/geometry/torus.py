@@ -66,7 +66,7 @@ Ring - sphere and ring - wall are closed forms (:func:`ring_sphere`, :func:`ring
 """
 import numpy as np
 
-from . import quaternion
+from ..basics import quaternion
 from .result import ContactGeometry
 
 _EPS = np.finfo(float).eps

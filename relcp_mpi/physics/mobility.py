@@ -24,7 +24,7 @@ import numpy as np
 from scipy.special import elliprd, elliprf
 
 from relcp_mpi.bodies.shapes import ELLIPSOID, RING, SPHERE, SPHEROCYLINDER
-from relcp_mpi.geometry import quaternion as quat
+from relcp_mpi.basics import quaternion as quat
 
 
 def body_frame_drag(kind, shape, mu):

@@ -1,7 +1,7 @@
 """Explicit position update with exact rotation for constant angular velocity over a step."""
 import numpy as np
 
-from relcp_mpi.geometry import quaternion as quat
+from relcp_mpi.basics import quaternion as quat
 
 
 def advance(x, q, U, dt):
