@@ -23,6 +23,7 @@ from mpi4py import MPI
 
 from relcp_mpi import __version__
 from relcp_mpi.config.deck import DeckError, load, validate
+from relcp_mpi.config.sections import typed
 from relcp_mpi.driver import actions as A
 from relcp_mpi.driver.engine import StepEngine
 from relcp_mpi.driver.policy import StepPolicy
@@ -30,7 +31,7 @@ from relcp_mpi.driver.signals import (_SIGNAL_FLAG, EXIT_SIGNAL_CHECKPOINT, Stop
                                       clear_pending_signal, install_signal_handlers, pending_signal)
 from relcp_mpi.io.restart import read_state, write_state
 from relcp_mpi.parallel.decomposition import GhostWidthError
-from relcp_mpi.state import fresh_state, n_steps_of
+from relcp_mpi.state import fresh_state
 
 
 def _deck_and_text(deck):
@@ -48,16 +49,16 @@ class Simulation:
 
     def __init__(self, deck, deck_text="", comm=None, state=None):
         self.comm = comm if comm is not None else MPI.COMM_WORLD
-        self.deck = deck
+        self.deck = deck = typed(deck)           # the validated mapping is deck.raw
         self.deck_text = deck_text
         self.state = state if state is not None else fresh_state(deck, self.comm)
         self.engine = StepEngine(deck, self.comm, self.state)
         log = (lambda msg: print(msg, flush=True)) if self.comm.rank == 0 else None
-        self.policy = StepPolicy(deck["time"]["max_halvings"], deck["time"]["keep_halved_steps"], log)
-        self.n_steps = n_steps_of(deck)
-        self.overlap_tol = deck["contact"]["overlap_tol"]
-        self.name = deck["name"]
-        self.output_directory = deck["output"]["directory"]
+        self.policy = StepPolicy(deck.time.max_halvings, deck.time.keep_halved_steps, log)
+        self.n_steps = deck.time.n_steps
+        self.overlap_tol = deck.contact.overlap_tol
+        self.name = deck.name
+        self.output_directory = deck.output.directory
         self.diag = {}
         self.history = []
         self.step_wall = 0.0
@@ -92,7 +93,7 @@ class Simulation:
         if not deck_text:
             deck, deck_text = _deck_and_text(deck)
         comm = comm if comm is not None else MPI.COMM_WORLD
-        state, _, path = read_state(path, deck, comm)
+        state, _, path = read_state(path, typed(deck), comm)
         sim = cls(deck, deck_text, comm, state=state)
         sim.restarted_from = path
         return sim
@@ -186,12 +187,12 @@ class Simulation:
     def default_actions(self, progress_stream=None):
         """The actions the deck's output section asks for: progress line, trajectory frames, checkpoints,
         and the SIGTERM/SIGUSR1 check (checkpoint and stop)."""
-        out = self.deck["output"]
-        acts = [A.Progress(out["progress_every"], stream=progress_stream)]
-        if out["trajectory_every"]:
-            acts.append(A.Trajectory(out["trajectory_every"]))
-        if out["checkpoint_every"]:
-            acts.append(A.Checkpoint(out["checkpoint_every"]))
+        out = self.deck.output
+        acts = [A.Progress(out.progress_every, stream=progress_stream)]
+        if out.trajectory_every:
+            acts.append(A.Trajectory(out.trajectory_every))
+        if out.checkpoint_every:
+            acts.append(A.Checkpoint(out.checkpoint_every))
         acts.append(A.SignalCheck())
         return acts
 

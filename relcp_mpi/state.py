@@ -30,9 +30,8 @@ def empty_warm():
 
 
 def box_of(deck):
-    """The simulation box of a validated deck."""
-    b = deck["box"]
-    return Box(b["lo"], b["hi"], b["periodic"])
+    """The simulation box of a typed deck (:class:`relcp_mpi.config.sections.Deck`)."""
+    return Box(list(deck.box.lo), list(deck.box.hi), list(deck.box.periodic))
 
 
 @dataclass
@@ -96,36 +95,30 @@ class RunState:
 def make_decomposition(deck, box, comm, x_local):
     """The deck's decomposition; for RCB balanced over ``x_local`` (this rank's share of the bodies, unit
     weights; every rank passes a disjoint share)."""
-    if deck["parallel"]["decomposition"] == "rcb":
+    if deck.parallel.decomposition == "rcb":
         return pdecomp.RCBDecomposition(box, comm, box.wrap(x_local), np.ones(len(x_local)))
     return pdecomp.CartesianDecomposition(box, comm)
 
 
 def initial_skin(deck, rmax):
     """The deck's skin, or 0.25 r_max when it gives none [L]."""
-    s = deck["contact"]["skin"]
+    s = deck.contact.skin
     return float(s) if s is not None else 0.25 * rmax
 
 
 def fresh_state(deck, comm):
-    """The state at step 0 of a validated deck (collective): bodies built on every rank (identically),
+    """The state at step 0 of a typed deck (collective): bodies built on every rank (identically),
     decomposition from the initial positions, each rank keeps the bodies it owns."""
     box = box_of(deck)
-    allb = build_bodies(deck)
+    allb = build_bodies(deck.raw)
     n = len(allb)
     r, P = comm.rank, comm.size
     # every rank holds all initial positions: give each rank a disjoint slice as its "local" set
     decomp = make_decomposition(deck, box, comm, allb.x[n * r // P: n * (r + 1) // P])
     mine = decomp.owner(box.wrap(allb.x)) == comm.rank
-    st = RunState(bodies=allb.take(mine), dt=float(deck["time"]["dt"]), decomp=decomp, skin=0.0, rmax=0.0,
+    st = RunState(bodies=allb.take(mine), dt=float(deck.time.dt), decomp=decomp, skin=0.0, rmax=0.0,
                   n_global=n, next_gid=int(allb.gid.max()) + 1 if n else 0)
     st.update_rmax(comm)
     st.skin = initial_skin(deck, st.rmax)
     st.work = np.ones(len(st.bodies))
     return st
-
-
-def n_steps_of(deck):
-    """Total number of steps of a deck (time.steps, or t_end / dt rounded)."""
-    t = deck["time"]
-    return int(t["steps"]) if t["steps"] is not None else int(round(t["t_end"] / float(t["dt"])))

@@ -142,3 +142,21 @@ def test_sticky_policy_state_is_checkpointed(shared_dir, hang_guard):
     assert [h["substeps"] for h in sim.history] == [h["substeps"] for h in ref.history[k:]]
     for f in ("x", "q", "u"):
         assert np.array_equal(sim.gather(f)[1], ref.gather(f)[1]), f
+
+
+def test_typed_deck_sections_are_frozen_views_of_the_validated_deck(tmp_path):
+    import dataclasses
+
+    from relcp_mpi.config.deck import validate
+    from relcp_mpi.config.sections import typed
+    raw = pile_raw(tmp_path)
+    raw["time"] = {"dt": 0.04, "t_end": 1.0}
+    d = typed(validate(raw))
+    assert d.time.dt == 0.04 and d.time.n_steps == 25 and d.time.max_halvings == 0
+    assert d.box.lo == (-4, -4, -1) and d.walls[0].normal == (0, 0, 1) and d.contact.skin == 0.3
+    assert d.solver.tol == 1e-6 and d.solver.method == "bbpgd" and d.output.directory == str(tmp_path)
+    assert d.checkpoint_prefix == os.path.join(str(tmp_path), "pile_ckpt") and typed(d) is d
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        d.time.dt = 1.0
+    sim = relcp_mpi.Simulation.from_deck(raw, comm=SELF, check=False)
+    assert sim.deck.time == d.time and sim.n_steps == 25

@@ -42,27 +42,26 @@ class InitialOverlapError(ValueError):
 
 
 class StepEngine:
-    """Advances a RunState by one step of a given dt (collective over ``comm``)."""
+    """Advances a RunState by one step of a given dt (collective over ``comm``); ``deck`` is the typed deck
+    (:class:`relcp_mpi.config.sections.Deck`)."""
 
     def __init__(self, deck, comm, state, timer=None):
         self.comm = comm
         self.timer = timer if timer is not None else StageTimer()
         self.box = box_of(deck)
-        W = deck["walls"]
-        self.wall_points = np.array([w["point"] for w in W], float).reshape(-1, 3)
-        nrm = np.array([w["normal"] for w in W], float).reshape(-1, 3)
+        self.wall_points = np.array([w.point for w in deck.walls], float).reshape(-1, 3)
+        nrm = np.array([w.normal for w in deck.walls], float).reshape(-1, 3)
         self.wall_normals = nrm / np.maximum(np.linalg.norm(nrm, axis=1, keepdims=True), 1e-300)
-        self.mu = float(deck["fluid"]["viscosity"])
-        c, s, par = deck["contact"], deck["solver"], deck["parallel"]
-        self.initial_overlap_tol = c["initial_overlap_tol"]
-        self.rcb = par["decomposition"] == "rcb"
-        self.rebalance_every = par["rebalance_every"]
-        self.imbalance_threshold = par["imbalance_threshold"]
-        self.seed = deck["seed"]
-        self.params = StepParams(dt=state.dt, overlap_tol=c["overlap_tol"], skin=state.skin,
-                                 max_depth=c["max_depth"], model=c["model"], ms_resolution=c["ms_resolution"],
-                                 method=s["method"], tol=s["tol"], max_iter=s["max_iter"],
-                                 recheck_neighbors=c["recheck_neighbors"])
+        self.mu = float(deck.fluid.viscosity)
+        c, s, par = deck.contact, deck.solver, deck.parallel
+        self.initial_overlap_tol = c.initial_overlap_tol
+        self.rcb = par.decomposition == "rcb"
+        self.rebalance_every = par.rebalance_every
+        self.imbalance_threshold = par.imbalance_threshold
+        self.seed = deck.seed
+        self.params = StepParams(dt=state.dt, overlap_tol=c.overlap_tol, skin=state.skin, max_depth=c.max_depth,
+                                 model=c.model, ms_resolution=c.ms_resolution, method=s.method, tol=s.tol,
+                                 max_iter=s.max_iter, recheck_neighbors=c.recheck_neighbors)
         self.workspace = StepSolver(comm)
         self.has_growth = bool(comm.allreduce(bool(np.any(state.bodies.growth != 0)), op=MPI.LOR))
         self.ghosts = None

@@ -25,39 +25,33 @@ from relcp_mpi.parallel import decomposition as pdecomp
 from relcp_mpi.parallel.errors import collective_guard
 from relcp_mpi.parallel.exchange import exchange_rows
 from relcp_mpi.parallel.migration import migrate, pack_rows
-from relcp_mpi.state import (WARM_KEY_DTYPE, RunState, box_of, empty_warm, initial_skin, make_decomposition,
-                             n_steps_of)
-
-
-def checkpoint_prefix(deck):
-    """``<output.directory>/<name>_ckpt``: checkpoints are ``<prefix>_<step>.h5``."""
-    return os.path.join(deck["output"]["directory"], f"{deck['name']}_ckpt")
+from relcp_mpi.state import WARM_KEY_DTYPE, RunState, box_of, empty_warm, initial_skin, make_decomposition
 
 
 def write_state(st, deck, deck_text, comm):
-    """Collective atomic checkpoint of the run state ``st``; returns its path.
+    """Collective atomic checkpoint of the run state ``st`` of the typed deck ``deck``; returns its path.
 
     The deck is stored as its YAML text, or the normalised deck when the run was built without text."""
     with collective_guard(comm, "checkpoint directory"):
         if comm.rank == 0:
-            os.makedirs(deck["output"]["directory"], exist_ok=True)
+            os.makedirs(deck.output.directory, exist_ok=True)
     keys, vals = st.warm
     warm = None
     if keys is not None:
         warm = {"gid_i": keys["a"], "gid_j": keys["b"], "sub": keys["k"], "gamma": vals[:, 0],
                 "hint_x": vals[:, 1], "hint_y": vals[:, 2], "hint_z": vals[:, 3]}
     meta = {"step": int(st.step), "time": float(st.time), "dt": float(st.dt),
-            "deck": deck_text if deck_text else deck,
-            "seed": int(deck["seed"]), "next_gid": int(st.next_gid), "n_steps": n_steps_of(deck),
-            "decomposition": deck["parallel"]["decomposition"], "n_bodies": int(st.n_global),
+            "deck": deck_text if deck_text else deck.raw,
+            "seed": int(deck.seed), "next_gid": int(st.next_gid), "n_steps": deck.time.n_steps,
+            "decomposition": deck.parallel.decomposition, "n_bodies": int(st.n_global),
             "skin": float(st.skin), "n_rebalances": int(st.n_rebalances),
             "step_policy": {"level": int(st.policy["level"]), "ok": int(st.policy["ok"])}}
     if st.row_starts is not None and len(st.row_starts) == comm.size + 1:
         meta["row_starts"] = np.asarray(st.row_starts, dtype=np.int64)
     if isinstance(st.decomp, pdecomp.RCBDecomposition):
         meta["rcb"] = st.decomp.to_dict()
-    path = checkpoint_path(checkpoint_prefix(deck), st.step)
-    return write_checkpoint(path, comm, st.bodies, meta, warm, keep=deck["output"]["keep_checkpoints"])
+    path = checkpoint_path(deck.checkpoint_prefix, st.step)
+    return write_checkpoint(path, comm, st.bodies, meta, warm, keep=deck.output.keep_checkpoints)
 
 
 def _normalised_deck(d):
@@ -80,7 +74,7 @@ def resolve_checkpoint(path, deck, comm):
     """``path``, or for 'latest' the newest valid checkpoint of the deck in its output directory."""
     if path != "latest":
         return os.fspath(path)
-    prefix = checkpoint_prefix(deck)
+    prefix = deck.checkpoint_prefix
     found = latest_checkpoint(prefix, valid_only=True) if comm.rank == 0 else None
     found = comm.bcast(found, root=0)
     if found is None:
@@ -89,7 +83,7 @@ def resolve_checkpoint(path, deck, comm):
 
 
 def read_state(path, deck, comm):
-    """Rebuild the run state from a checkpoint for a validated deck (collective, any rank count).
+    """Rebuild the run state from a checkpoint for a typed deck (:class:`relcp_mpi.config.sections.Deck`) (collective, any rank count).
 
     ``path`` may be 'latest'.  Returns ``(state, meta, path)``.  Raises :class:`CheckpointError` on every
     rank (message naming the file and the problem) when the file is missing, damaged, or was written for an
@@ -101,7 +95,7 @@ def read_state(path, deck, comm):
     m = dict(meta)
     if m.get("deck") is not None:
         m["deck"] = _normalised_deck(m["deck"])
-    check_compatible(m, deck, path=f"checkpoint {path}")
+    check_compatible(m, deck.raw, path=f"checkpoint {path}")
 
     box = box_of(deck)
     same_ranks = int(meta.get("n_ranks_written", -1)) == comm.size
@@ -117,7 +111,7 @@ def read_state(path, deck, comm):
         except ValueError as exc:
             raise CheckpointError(f"checkpoint {path}: stored RCB decomposition: {exc}") from None
     bodies = migrate(bodies, decomp, comm)
-    st = RunState(bodies=bodies, dt=float(deck["time"]["dt"]), decomp=decomp, skin=0.0, rmax=0.0,
+    st = RunState(bodies=bodies, dt=float(deck.time.dt), decomp=decomp, skin=0.0, rmax=0.0,
                   step=int(meta["step"]), time=float(meta["time"]))
     st.n_global = comm.allreduce(len(bodies))
     st.next_gid = max(comm.allreduce(int(bodies.gid.max()) + 1 if len(bodies) else 0, op=MPI.MAX),
@@ -134,7 +128,7 @@ def read_state(path, deck, comm):
             if st.n_global else b
         st.row_starts = rs
     st.update_rmax(comm)
-    if deck["contact"]["skin"] is None and "skin" in meta:
+    if deck.contact.skin is None and "skin" in meta:
         # automatic skin: the one of the interrupted run (fixed at its start), not 0.25 r_max of now
         st.skin = float(meta["skin"])
     else:
