@@ -48,7 +48,8 @@ def main():
     write_csv(f"{a.out}/two_ellipsoids_summary.csv", summary)
     p = plt()
     dts = sorted({x["dt"] for x in rows})
-    fig, axes = p.subplots(1, len(dts), figsize=(4 * len(dts), 3.4), sharey=True)
+    fig, axes = p.subplots(1, len(dts), figsize=(4 * len(dts), 3.4), sharey=True, squeeze=False)
+    axes = axes[0]
     for ax, dt in zip(axes, dts):
         for m in [f"{m}{r or ''}" for m, r in models]:
             rr = [x for x in rows if x["dt"] == dt and x["model"] == m]

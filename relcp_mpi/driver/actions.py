@@ -16,6 +16,7 @@ from mpi4py import MPI
 
 from relcp_mpi.driver.signals import StopRequested, clear_pending_signal, pending_signal
 from relcp_mpi.io.progress import Progress as _ProgressLine
+from relcp_mpi.io.trajectory import TrajectoryWriter
 from relcp_mpi.parallel.errors import collective_guard
 
 
@@ -79,7 +80,6 @@ class Trajectory(Action):
         self.writer = None
 
     def start(self, sim, end):
-        from relcp_mpi.io.trajectory import TrajectoryWriter
         path = self.path or os.path.join(sim.output_directory, f"{sim.name}.h5")
         d = os.path.dirname(path)
         with collective_guard(sim.comm, "trajectory directory"):
