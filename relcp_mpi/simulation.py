@@ -29,6 +29,7 @@ from relcp_mpi.driver.engine import StepEngine
 from relcp_mpi.driver.policy import StepPolicy
 from relcp_mpi.driver.signals import (_SIGNAL_FLAG, EXIT_SIGNAL_CHECKPOINT, StopRequested,  # noqa: F401 (API)
                                       clear_pending_signal, install_signal_handlers, pending_signal)
+from relcp_mpi.io.progress import StageTimer
 from relcp_mpi.io.restart import read_state, write_state
 from relcp_mpi.parallel.decomposition import GhostWidthError
 from relcp_mpi.state import fresh_state
@@ -144,7 +145,12 @@ class Simulation:
 
     @property
     def timer(self):
+        """The stage timer (:class:`relcp_mpi.io.progress.StageTimer`) of the steps run so far."""
         return self.engine.timer
+
+    def reset_timer(self):
+        """Start timing the stages afresh (e.g. after warm-up steps)."""
+        self.engine.timer = StageTimer()
 
     @property
     def solver(self):

@@ -26,14 +26,13 @@ def main():
     from mpi4py import MPI
     from relcp_mpi import Simulation
     from relcp_mpi.config.deck import load
-    from relcp_mpi.io.progress import StageTimer
     comm = MPI.COMM_WORLD
     deck, _ = load(a.deck)
     if a.model:
         deck["contact"]["model"] = a.model
     sim = Simulation.from_deck(deck, comm=comm, check=False)
     sim.run(a.warm, writers=[])
-    sim.engine.timer = StageTimer()              # time only the remaining steps
+    sim.reset_timer()                            # time only the remaining steps
     comm.Barrier()
     t0 = time.perf_counter()
     sim.run(a.steps, writers=[])

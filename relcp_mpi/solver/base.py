@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from relcp_mpi.parallel.errors import agree
 from relcp_mpi.petsc import get_petsc
 from relcp_mpi.solver import projection as _proj
 from relcp_mpi.solver.operator import any_rank
@@ -186,13 +187,11 @@ def start_projected_gradient(A, q, x, tag, n_work, nsum=3):
 def check_layout(A, q, x, comm):
     """Collective check that x, q match A's column layout (raises ValueError on every rank)."""
     nl = A.getLocalSize()[1]
-    bad = 0.0 if (x.getLocalSize() == nl and q.getLocalSize() == nl) else 1.0
-    if comm.Get_size() > 1:
-        from mpi4py import MPI
-        bad = comm.allreduce(bad, op=MPI.MAX)
-    if bad:
-        raise ValueError("solve_lcp: x and q must have the column layout of A (local size %d on this rank; "
+    bad = None
+    if not (x.getLocalSize() == nl and q.getLocalSize() == nl):
+        bad = ValueError("solve_lcp: x and q must have the column layout of A (local size %d on this rank; "
                          "got x %d, q %d)" % (nl, x.getLocalSize(), q.getLocalSize()))
+    agree(comm, bad)
 
 
 def minmap_local(X, G):
