@@ -23,7 +23,7 @@ from mpi4py import MPI
 
 from relcp_mpi import __version__
 from relcp_mpi.config.deck import DeckError, load, validate
-from relcp_mpi.config.sections import typed
+from relcp_mpi.config.sections import Deck, typed
 from relcp_mpi.driver import actions as A
 from relcp_mpi.driver.engine import StepEngine
 from relcp_mpi.driver.policy import StepPolicy
@@ -36,9 +36,11 @@ from relcp_mpi.state import fresh_state
 
 
 def _deck_and_text(deck):
-    """(validated deck, YAML text or '') from a path, a YAML string, a raw mapping or a validated deck."""
+    """(validated deck, YAML text or '') from a path, a raw mapping, a validated mapping or a typed Deck."""
     if isinstance(deck, (str, os.PathLike)):
         return load(deck)
+    if isinstance(deck, Deck):
+        return deck, ""
     return validate(copy.deepcopy(deck)), ""
 
 
