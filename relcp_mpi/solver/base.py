@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from relcp_mpi.parallel.errors import agree
 from relcp_mpi.petsc import get_petsc
 from relcp_mpi.solver import projection as _proj
 from relcp_mpi.solver.operator import any_rank
@@ -187,11 +186,9 @@ def start_projected_gradient(A, q, x, tag, n_work, nsum=3):
 def check_layout(A, q, x, comm):
     """Collective check that x, q match A's column layout (raises ValueError on every rank)."""
     nl = A.getLocalSize()[1]
-    bad = None
-    if not (x.getLocalSize() == nl and q.getLocalSize() == nl):
-        bad = ValueError("solve_lcp: x and q must have the column layout of A (local size %d on this rank; "
+    if any_rank(A.getComm(), not (x.getLocalSize() == nl and q.getLocalSize() == nl)):
+        raise ValueError("solve_lcp: x and q must have the column layout of A (local size %d on this rank; "
                          "got x %d, q %d)" % (nl, x.getLocalSize(), q.getLocalSize()))
-    agree(comm, bad)
 
 
 def minmap_local(X, G):
