@@ -17,7 +17,8 @@ Top-level sections (defaults in ``SCHEMA``)::
     bodies:   list of explicit bodies (see BODY_KEYS)
     generate: list of generators (see GENERATOR_KEYS): lattice or random placement
     contact:  {model: relcp | snsd | multisphere, overlap_tol, skin, max_depth, initial_overlap_tol,
-               ms_resolution (proxy spheres per body for the multisphere baseline), recheck_neighbors}
+               ms_resolution (proxy spheres per body for the multisphere baseline), recheck_neighbors,
+               line_contacts (relcp: level-0 rows at both ends of rod-rod and rod-wall line contacts)}
     solver:   {method: bbpgd|apgd|tao-bncg|tao-blmvm, tol, max_iter, petsc_options: [str]}
     parallel: {decomposition: cartesian|rcb, rebalance_every, imbalance_threshold}
     output:   {directory, trajectory_every, checkpoint_every, keep_checkpoints, progress_every, restart}
@@ -121,6 +122,7 @@ SCHEMA = {
         "max_depth": (INT, 50, _pos),
         "initial_overlap_tol": (FLOAT, None, _nonneg),
         "recheck_neighbors": (BOOL, True, None),
+        "line_contacts": (BOOL, True, None),
     },
     "solver": {
         "method": (STR, "bbpgd", _choice("bbpgd", "apgd", "tao-bncg", "tao-blmvm", "tao-tron")),

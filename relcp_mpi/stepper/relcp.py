@@ -24,6 +24,7 @@ import numpy as np
 
 from relcp_mpi.contact.constraints import ConstraintTable, assemble_D, lookup_keys, match_keys
 from relcp_mpi.bodies.shapes import ELLIPSOID
+from relcp_mpi.contact.line_contacts import rod_pair_end_rows, rod_wall_cap_rows
 from relcp_mpi.contact.neighbors import candidate_pairs, wall_candidates
 from relcp_mpi.geometry.contact import pair_snsd, wall_snsd
 from relcp_mpi.geometry.support import separation_lower_bound
@@ -49,6 +50,7 @@ class StepParams:
     tol: float = 1e-4              # LCP min-map tolerance [L]
     max_iter: int = 100000
     recheck_neighbors: bool = True
+    line_contacts: bool = True     # level-0 end-point / end-cap rows for rods (contact.line_contacts)
     geometry_tol: float = 1e-12
 
 
@@ -258,7 +260,10 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
             ia, ib, geo = ia[near], ib[near], _subset(geo, near)
             wb, ww, wgeo = wb[wnear], ww[wnear], _subset(wgeo, wnear)
             table.append(**_rows(inp, geo, ia, ib, X0, np.zeros(len(ia), np.int64), np.zeros(len(ia))))
-            table.append(**_rows(inp, wgeo, wb, -1 - ww, X0, np.zeros(len(wb), np.int64), np.zeros(len(wb))))
+            if prm.line_contacts and prm.model == "relcp":
+                _line_contact_level0(inp, prm, X0, Q0, ia, ib, geo, wb, ww, wgeo, table)
+            else:
+                table.append(**_rows(inp, wgeo, wb, -1 - ww, X0, np.zeros(len(wb), np.int64), np.zeros(len(wb))))
     # candidate set for the overlap checks: body pairs as (ia, ib), walls as (wb, ww)
     cand_pairs = np.stack([ia, ib], axis=1)
     cand_walls = np.stack([wb, ww], axis=1)
@@ -400,6 +405,21 @@ def _multisphere_level0(inp, prm, X, Q, ia, ib, wb, ww, table):
                               prm.ms_resolution, prm.skin)
     bw, iw = wb[w["pair"]], ww[w["pair"]]
     table.append(**_rows(inp, w["geo"], bw, -1 - iw, X, np.asarray(w["sub"], np.int64), np.zeros(len(bw))))
+
+
+def _line_contact_level0(inp, prm, X, Q, ia, ib, geo, wb, ww, wgeo, table):
+    """Level-0 rows of line contacts (:mod:`relcp_mpi.contact.line_contacts`): end-point rows of rod pairs
+    next to their SNSD rows (already in ``table``), and the wall rows of rods as one row per end cap (the
+    SNSD wall row of a rod is one of its caps); other bodies keep their SNSD wall row."""
+    pair, sub, g = rod_pair_end_rows(inp.kind, inp.shape, X, Q, ia, ib, geo, prm.skin)
+    table.append(**_rows(inp, g, ia[pair], ib[pair], X, sub, np.zeros(len(pair))))
+    cand, wsub, wg = rod_wall_cap_rows(inp.kind, inp.shape, X, Q, wb, ww, inp.wall_points, inp.wall_normals,
+                                       prm.skin)
+    other = np.ones(len(wb), bool)
+    other[cand] = False
+    table.append(**_rows(inp, _subset(wgeo, other), wb[other], -1 - ww[other], X,
+                         np.zeros(int(other.sum()), np.int64), np.zeros(int(other.sum()))))
+    table.append(**_rows(inp, wg, wb[cand], -1 - ww[cand], X, wsub, np.zeros(len(cand))))
 
 
 def _union_pairs(pairs, a, b, base):
