@@ -24,7 +24,7 @@ import numpy as np
 
 from relcp_mpi.contact.constraints import ConstraintTable, assemble_D, lookup_keys, match_keys
 from relcp_mpi.bodies.shapes import ELLIPSOID
-from relcp_mpi.contact.line_contacts import rod_pair_end_rows, rod_wall_cap_rows
+from relcp_mpi.contact.line_contacts import N_PAIR_SLOTS, N_WALL_SLOTS, rod_pair_end_rows, rod_wall_cap_rows
 from relcp_mpi.contact.neighbors import candidate_pairs, wall_candidates
 from relcp_mpi.geometry.contact import pair_snsd, wall_snsd
 from relcp_mpi.geometry.support import separation_lower_bound
@@ -370,13 +370,13 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
         depth += 1
         # ---- append rows for the offending pairs (geometry at the trial configuration) ------------------
         level_start = len(table)
-        sub_counts = _next_sub(table, inp.gid[pa[bad_p]], inp.gid[pb[bad_p]])
+        sub_counts = _next_sub(table, inp.gid[pa[bad_p]], inp.gid[pb[bad_p]], first=N_PAIR_SLOTS)
         sel = _subset(tgeo, bad_p)
         table.append(**_rows(inp, sel, pa[bad_p], pb[bad_p], Xt, sub_counts, np.zeros(bad_p.sum())),
                      level=np.full(int(bad_p.sum()), depth))
         wsel = _subset(twgeo, bad_w)
         wb_, ww_ = cw[bad_w, 0], cw[bad_w, 1]
-        sub_w = _next_sub(table, inp.gid[wb_], -1 - ww_)
+        sub_w = _next_sub(table, inp.gid[wb_], -1 - ww_, first=N_WALL_SLOTS)
         table.append(**_rows(inp, wsel, wb_, -1 - ww_, Xt, sub_w, np.zeros(bad_w.sum())),
                      level=np.full(int(bad_w.sum()), depth))
         gamma = np.concatenate([gamma, np.zeros(len(table) - level_start)])
@@ -435,8 +435,10 @@ def _subset(geo, mask):
                            converged=geo.converged[mask])
 
 
-def _next_sub(table, gi, gj):
-    """Sub-contact index for new rows of pairs (gi, gj): 1 + the largest existing sub of that pair."""
+def _next_sub(table, gi, gj, first=1):
+    """Sub-contact index for new rows of pairs (gi, gj): 1 + the largest existing sub of that pair, and at
+    least ``first`` (the numbers below it are the fixed level-0 slots of :mod:`relcp_mpi.contact.line_contacts`,
+    so a row appended in one step never takes the warm-start key of a level-0 row of the next step)."""
     if len(gi) == 0:
         return np.zeros(0, np.int64)
     keys = np.empty(len(gi), dtype=[("a", np.int64), ("b", np.int64)])
@@ -447,7 +449,7 @@ def _next_sub(table, gi, gj):
     tk_s, sub_s = tk[order], table.sub[order]
     pos = np.searchsorted(tk_s, keys, side="right") - 1
     ok = (pos >= 0) & (tk_s[np.maximum(pos, 0)] == keys)
-    return np.where(ok, sub_s[np.maximum(pos, 0)] + 1, 0).astype(np.int64)
+    return np.maximum(np.where(ok, sub_s[np.maximum(pos, 0)] + 1, 0), first).astype(np.int64)
 
 
 def _MPI():
