@@ -123,7 +123,10 @@ class Simulation:
                                  max_depth=c["max_depth"], model=c["model"], ms_resolution=c["ms_resolution"],
                                  method=deck["solver"]["method"],
                                  tol=deck["solver"]["tol"], max_iter=deck["solver"]["max_iter"],
-                                 recheck_neighbors=c["recheck_neighbors"], line_contacts=c["line_contacts"])
+                                 recheck_neighbors=c["recheck_neighbors"], line_contacts=c["line_contacts"],
+                                 # the early trial-range check only makes sense when the step can be redone
+                                 max_trial_rotation=c["max_trial_rotation"] if deck["time"].get("max_halvings")
+                                 else 0.0)
         self.solver = StepSolver(self.comm)
         self.has_growth = bool(self.comm.allreduce(bool(np.any(self.bodies.growth != 0)), op=MPI.LOR))
 

@@ -124,3 +124,21 @@ def test_line_contacts_terminate_at_level_zero(case):
         assert np.allclose(F + sim.bodies.f_ext, 0.0, atol=1e-4 * np.abs(sim.bodies.f_ext).max())
     else:
         assert np.allclose(F[0, :3] + F[1, :3], 0.0, atol=1e-9)
+
+
+def test_far_trial_rotation_redoes_the_step_before_the_solver_runs_off(capsys):
+    """Without line contacts the pinched bed's second level tries a trial rotation far outside the
+    linearisation; with time.max_halvings the trial-range check gives the step up at once (TrialRangeError,
+    not a SolverError after max_iter) and the sub-steps resolve it within the tolerance."""
+    import copy
+
+    from tests.test_line_contacts_mpi import pinched_bed
+    deck = copy.deepcopy(pinched_bed(False, max_iter=5000))
+    deck["time"]["max_halvings"] = 4
+    deck["contact"]["max_trial_rotation"] = 0.25
+    sim, diags = run_sim(deck, comm=SELF)
+    out = capsys.readouterr().out
+    assert "TrialRangeError" in out and "SolverError" not in out
+    assert max(d["substeps"] for d in diags) >= 2
+    assert max(d["max_overlap"] for d in diags) <= 1e-3
+    assert all(d["trial_rotation"] <= np.degrees(0.25) for d in diags)

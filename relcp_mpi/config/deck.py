@@ -18,7 +18,9 @@ Top-level sections (defaults in ``SCHEMA``)::
     generate: list of generators (see GENERATOR_KEYS): lattice or random placement
     contact:  {model: relcp | snsd | multisphere, overlap_tol, skin, max_depth, initial_overlap_tol,
                ms_resolution (proxy spheres per body for the multisphere baseline), recheck_neighbors,
-               line_contacts (relcp: level-0 rows at both ends of rod-rod and rod-wall line contacts)}
+               line_contacts (relcp: level-0 rows at both ends of rod-rod and rod-wall line contacts),
+               max_trial_rotation (rad; with time.max_halvings > 0 a step whose recursion tries a rotation
+               larger than this is redone at dt/2 at once; 0 = never)}
     solver:   {method: bbpgd|apgd|tao-bncg|tao-blmvm, tol, max_iter, petsc_options: [str]}
     parallel: {decomposition: cartesian|rcb, rebalance_every, imbalance_threshold}
     output:   {directory, trajectory_every, checkpoint_every, keep_checkpoints, progress_every, restart}
@@ -123,6 +125,7 @@ SCHEMA = {
         "initial_overlap_tol": (FLOAT, None, _nonneg),
         "recheck_neighbors": (BOOL, True, None),
         "line_contacts": (BOOL, True, None),
+        "max_trial_rotation": (FLOAT, 0.35, _nonneg),
     },
     "solver": {
         "method": (STR, "bbpgd", _choice("bbpgd", "apgd", "tao-bncg", "tao-blmvm", "tao-tron")),

@@ -38,6 +38,13 @@ class RecursionDepthError(RuntimeError):
     """The ReLCP recursion hit ``max_depth`` without meeting the overlap tolerance."""
 
 
+class TrialRangeError(RecursionDepthError):
+    """A trial configuration of the recursion rotates some body by more than ``max_trial_rotation`` in one
+    step: rows built there would carry lever arms and normals far outside the linearisation's validity, so the
+    step is given up at once (and redone with a smaller dt by the driver's halving policy) instead of
+    appending such rows and running the solver to ``max_iter`` on a possibly infeasible grown LCP."""
+
+
 @dataclass
 class StepParams:
     dt: float
@@ -51,6 +58,7 @@ class StepParams:
     max_iter: int = 100000
     recheck_neighbors: bool = True
     line_contacts: bool = True     # level-0 end-point / end-cap rows for rods (contact.line_contacts)
+    max_trial_rotation: float = 0.0  # [rad] give a step up when a trial rotates a body more (0 = off)
     geometry_tol: float = 1e-12
 
 
@@ -272,6 +280,7 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
         else np.zeros(len(table))
     depth = 0
     iters_total = 0
+    max_trial_rot = 0.0
     history = []
     rank, size = comm.rank, comm.size
     U_ext = inp.U_ext
@@ -333,7 +342,20 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
         # close a gap of the skin together, no pair outside the candidate set can overlap at the trial
         # configuration and the neighbour search need not be repeated (one scalar allreduce)
         reach = dt * (np.linalg.norm(U_trial[:, :3], axis=1) + np.linalg.norm(U_trial[:, 3:], axis=1) * inp.bound[:n])
-        max_reach = comm.allreduce(float(reach.max(initial=0.0)), op=_MPI().MAX)
+        # rotation of the bodies of the LCP's rows from the start to the trial configuration (the range over which
+        # the rows' lever arms and normals are extrapolated); bodies without rows may rotate freely
+        rot = 2.0 * np.arccos(np.minimum(np.abs(np.einsum("ij,ij->i", Q0, Qt)), 1.0))
+        rows_rot = np.maximum(rot[table.ia], np.where(table.ib >= 0, rot[np.maximum(table.ib, 0)], 0.0))
+        ext = np.array([reach.max(initial=0.0), rows_rot.max(initial=0.0)])
+        comm.Allreduce(_MPI().IN_PLACE, ext, op=_MPI().MAX)
+        max_reach, max_rot = float(ext[0]), float(ext[1])
+        max_trial_rot = max(max_trial_rot, float(max_rot))
+        if prm.max_trial_rotation > 0 and max_rot > prm.max_trial_rotation:      # same decision on every rank
+            T.stop("recursion")
+            raise TrialRangeError(
+                f"ReLCP trial configuration at recursion level {depth} rotates a body by "
+                f"{np.degrees(max_rot):.1f} deg in one step (> contact.max_trial_rotation "
+                f"{np.degrees(prm.max_trial_rotation):.1f} deg): outside the linearisation's validity")
         if prm.recheck_neighbors and 2.0 * max_reach > prm.skin:
             na, nb, nwb, nww = _candidates(inp, Xt, prm.skin)
             cand_pairs = _union_pairs(cand_pairs, na, nb, len(inp.gid))
@@ -384,7 +406,7 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
     n_global, n_active = comm.allreduce(np.array([len(table), int(np.count_nonzero(gamma > 0))]))
     diag = dict(constraints=int(n_global), active=int(n_active), depth=int(depth), iterations=int(iters_total),
                 max_overlap=float(max(0.0, -min_sep)) if np.isfinite(min_sep) else 0.0,
-                residual=float(max(history) if history else 0.0))
+                residual=float(max(history) if history else 0.0), trial_rotation=float(np.degrees(max_trial_rot)))
     # next step's geometry hints: the latest normal of each body-pair row's pair (evaluated at the committed
     # configuration when the pair was in the last trial check); wall rows keep their own normal
     hint = table.normal.copy()
