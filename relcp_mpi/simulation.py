@@ -31,6 +31,7 @@ from relcp_mpi.parallel.migration import alltoallv_rows, migrate
 from relcp_mpi.physics.growth import divide, grow
 from relcp_mpi.physics.mobility import mobility_blocks
 from relcp_mpi.contact.neighbors import candidate_pairs, wall_candidates
+from relcp_mpi.stepper.lcp_debug import LcpDebug
 from relcp_mpi.stepper.relcp import StepInput, StepParams, StepSolver, relcp_step
 
 
@@ -124,6 +125,7 @@ class Simulation:
                                  method=deck["solver"]["method"],
                                  tol=deck["solver"]["tol"], max_iter=deck["solver"]["max_iter"],
                                  recheck_neighbors=c["recheck_neighbors"])
+        self.params.debug = LcpDebug.from_deck(deck.get("debug"))
         self.solver = StepSolver(self.comm)
         self.has_growth = bool(self.comm.allreduce(bool(np.any(self.bodies.growth != 0)), op=MPI.LOR))
 
@@ -342,6 +344,7 @@ class Simulation:
     def _single_step(self, dt):
         comm = self.comm
         self.params.dt = dt
+        self.params.debug.step = self.step + 1           # label of LCP dumps / failure reports
         self._rebalance_if_needed()
         if self.has_growth:
             # growth and division act at the start of the step, so the step's LCP resolves the new overlaps

@@ -21,6 +21,9 @@ Top-level sections (defaults in ``SCHEMA``)::
     solver:   {method: bbpgd|apgd|tao-bncg|tao-blmvm, tol, max_iter, petsc_options: [str]}
     parallel: {decomposition: cartesian|rcb, rebalance_every, imbalance_threshold}
     output:   {directory, trajectory_every, checkpoint_every, keep_checkpoints, progress_every, restart}
+    debug:    {dump_lcp: DIR (dump grown LCPs there), dump_on: fail|always, check_on_fail (search an
+               infeasibility certificate when a solve fails), check_rows (whole-LCP search up to this size)}
+               (see relcp_mpi.stepper.lcp_debug)
 
 Units are the user's (consistent) units: lengths L, times T, viscosity mu; forces F = mu L^2 / T.
 """
@@ -142,6 +145,12 @@ SCHEMA = {
         "restart": (ANY, None, None),
     },
     "event_driven": (ANY, None, None),
+    "debug": {
+        "dump_lcp": (STR, None, None),
+        "dump_on": (STR, "fail", _choice("fail", "always")),
+        "check_on_fail": (BOOL, True, None),
+        "check_rows": (INT, 5000, _pos),
+    },
 }
 
 BODY_KEYS = {
@@ -344,6 +353,9 @@ def validate(raw, source="deck"):
     if "ring" in kinds and kinds & {"ellipsoid", "spherocylinder"}:
         problems.append("bodies: rings can only be combined with spheres and walls (ring-ellipsoid and "
                         "ring-spherocylinder contact are not implemented)")
+    dbg = deck["debug"]
+    if "dump_on" in (raw.get("debug") or {}) and dbg["dump_lcp"] is None:
+        problems.append("debug.dump_on: needs debug.dump_lcp (the directory for the dumps)")
     c, s = deck["contact"], deck["solver"]
     if isinstance(s["tol"], float) and isinstance(c["overlap_tol"], float) and s["tol"] > c["overlap_tol"]:
         problems.append(f"solver.tol: must be <= contact.overlap_tol ({c['overlap_tol']}), got {s['tol']}")
