@@ -21,6 +21,10 @@ Top-level sections (defaults in ``SCHEMA``)::
     solver:   {method: bbpgd|apgd|tao-bncg|tao-blmvm, tol, max_iter, petsc_options: [str]}
     parallel: {decomposition: cartesian|rcb, rebalance_every, imbalance_threshold}
     output:   {directory, trajectory_every, checkpoint_every, keep_checkpoints, progress_every, restart}
+    growth:   {model: linear (growth_rate [L/T] adds to L) | exponential (growth_rate r [1/T]: L + 2R grows as
+               exp(r t)), division_noise (cells divide at divide_at (1 + division_noise U[-1, 1])),
+               orientation_noise [rad], noise_axis: [3] (daughters turn about this axis by U[-1, 1] *
+               orientation_noise; default: isotropic normal rotation vector)}  (see relcp_mpi.physics.growth)
     debug:    {dump_lcp: DIR (dump grown LCPs there), dump_on: fail|always, check_on_fail (search an
                infeasibility certificate when a solve fails), check_rows (whole-LCP search up to this size)}
                (see relcp_mpi.stepper.lcp_debug)
@@ -51,6 +55,10 @@ def _pos(v):
 
 def _nonneg(v):
     return None if v >= 0 else f"must be >= 0, got {v}"
+
+
+def _unit_interval(v):
+    return None if 0 <= v < 1 else f"must be in [0, 1), got {v}"
 
 
 def _choice(*opts):
@@ -145,6 +153,12 @@ SCHEMA = {
         "restart": (ANY, None, None),
     },
     "event_driven": (ANY, None, None),
+    "growth": {
+        "model": (STR, "linear", _choice("linear", "exponential")),
+        "division_noise": (FLOAT, 0.0, _unit_interval),
+        "orientation_noise": (FLOAT, 0.02, _nonneg),
+        "noise_axis": (ANY, None, _vec3),
+    },
     "debug": {
         "dump_lcp": (STR, None, None),
         "dump_on": (STR, "fail", _choice("fail", "always")),
@@ -317,6 +331,10 @@ def validate(raw, source="deck"):
         elif np.linalg.norm(w["normal"]) == 0:
             problems.append(f"{kp}.normal: must be nonzero")
 
+    gr = deck["growth"]
+    noise = gr["division_noise"]
+    if isinstance(gr["noise_axis"], list) and not _vec3(gr["noise_axis"]) and np.linalg.norm(gr["noise_axis"]) == 0:
+        problems.append("growth.noise_axis: must be nonzero")
     for section, keys in (("bodies", BODY_KEYS), ("generate", GENERATOR_KEYS)):
         items = deck[section]
         if not isinstance(items, list):
@@ -346,6 +364,11 @@ def validate(raw, source="deck"):
                             and nb["divide_at"] <= max(nb["length"], 2 * nb["radius"]):
                         problems.append(f"{kp}.divide_at: must exceed the initial length {nb['length']} and "
                                         f"2*radius {2 * nb['radius']} (daughters have length L/2 - R > 0)")
+                    elif isinstance(nb.get("radius"), float) and isinstance(noise, float) and noise > 0 \
+                            and nb["divide_at"] * (1 - noise) <= 2 * nb["radius"]:
+                        problems.append(f"{kp}.divide_at: with growth.division_noise {noise} cells may divide at "
+                                        f"{nb['divide_at'] * (1 - noise):g}, which must exceed 2*radius "
+                                        f"{2 * nb['radius']} (daughters have length L/2 - R > 0)")
             norm.append(nb)
         deck[section] = norm
 
