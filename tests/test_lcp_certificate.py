@@ -291,3 +291,52 @@ def test_debug_deck_validation():
     assert "debug.check_rows: must be > 0" in msg and "debug.bogus: unknown key" in msg
     with pytest.raises(DeckError, match="debug.dump_on: needs debug.dump_lcp"):
         make_deck(bodies=[{"shape": "sphere", "radius": 0.5, "position": [0, 0, 0]}], debug={"dump_on": "always"})
+
+
+# ------------------------------------------------------------------------------------------------ early stop
+def _pinch_problem(q):
+    from tests.test_solver import contact_op, petsc_vec
+    D, _ = _pinch()
+    op, Dm = contact_op(D.toarray(), DT * _rod_blocks(1))
+    qv = petsc_vec(np.asarray(q, float))
+    x = qv.duplicate()
+    x.set(0.0)
+    return op, Dm, qv, x
+
+
+@pytest.mark.parametrize("method", ["bbpgd", "apgd"])
+def test_infeasible_solve_stops_early(method):
+    """The pinched rod: the solver gives up after a few hundred iterations instead of max_iter, with the
+    divergence bound in the reason; the last iterate's growth direction is the certificate's."""
+    from relcp_mpi.solver.lcp import SolverError, solve_lcp
+    op, Dm, qv, x = _pinch_problem([0.01, 0.01, -0.015, -0.016])
+    with pytest.raises(SolverError) as ei:
+        solve_lcp(op, qv, x, method=method, tol=1e-6, max_iter=20000)
+    e = ei.value
+    assert e.reason.startswith("diverging") and "every feasible point has sum(x) >=" in str(e)
+    assert e.iterations <= 1000
+    xs = x.getArray().copy()
+    assert np.all(xs > 0) and xs.sum() > 1.0             # all four rows run off together
+    for o in (op, Dm, qv, x):
+        o.destroy()
+
+
+@pytest.mark.parametrize("method", ["bbpgd", "apgd"])
+def test_feasible_solve_unaffected_by_divergence_test(method):
+    """A feasible pinch and a random semidefinite contact LCP: same iterates with the test on and off."""
+    from relcp_mpi.solver.lcp import solve_lcp
+    from tests.test_solver import contact_D, contact_op, petsc_vec, spd_blocks
+    rng = np.random.default_rng(5)
+    Dd = contact_D(5, 45, rng)
+    op2, D2 = contact_op(Dd, spd_blocks(5, rng))
+    q2 = petsc_vec(rng.uniform(-1, 1, 45))
+    for op, qv in ((_pinch_problem([-0.02, 0.01, 0.015, 0.0])[0], _pinch_problem([-0.02, 0.01, 0.015, 0.0])[2]),
+                   (op2, q2)):
+        out = []
+        for every in (100, 0):
+            x = qv.duplicate()
+            x.set(0.0)
+            r = solve_lcp(op, qv, x, method=method, tol=1e-9, max_iter=50000, divergence_every=every)
+            assert r.converged
+            out.append((r.iterations, x.getArray().copy()))
+        assert out[0][0] == out[1][0] and np.array_equal(out[0][1], out[1][1])
