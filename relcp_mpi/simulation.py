@@ -350,7 +350,7 @@ class Simulation:
         if self.has_growth:
             # growth and division act at the start of the step, so the step's LCP resolves the new overlaps
             with self.timer.stage("growth"):
-                grow(self.bodies, dt, self.growth_model)
+                grow(self.bodies, dt, self.growth_model, self.deck["seed"])
                 self.bodies, self.next_gid, ndiv = divide(self.bodies, comm, self.next_gid, self.deck["seed"],
                                                           self.step, model=self.growth_model)
                 if ndiv:

@@ -12,7 +12,7 @@ import pytest
 from mpi4py import MPI
 
 from relcp_mpi.config.deck import DeckError, validate
-from relcp_mpi.physics.growth import GrowthModel, division_length
+from relcp_mpi.physics.growth import GrowthModel, division_length, growth_rate
 from tests.helpers import gather_by_gid, make_deck, run_sim
 
 WORLD = MPI.COMM_WORLD
@@ -87,7 +87,7 @@ def test_growth_deck_validation():
     with pytest.raises(DeckError, match="growth.noise_axis: must be nonzero"):
         make_deck(bodies=[body], growth={"noise_axis": [0, 0, 0]})
     d = validate(colony_raw(1))
-    assert d["growth"] == NOISY
+    assert d["growth"] == dict(NOISY, growth_rate_noise=0.0)
 
 
 def test_divisions_at_own_length_and_desynchronised():
@@ -122,6 +122,34 @@ def test_divisions_at_own_length_and_desynchronised():
         steps = ev[ev[:, 1] == k, 0]               # (synchronous linear model: all at one step)
         assert len(steps) == 2 ** k and len(np.unique(steps)) >= apart, (k, steps)
     assert np.std(ev[:, 2]) > 0.05                 # division lengths spread (linear model: all equal)
+
+
+def test_growth_rate_noise_desynchronises_lineages():
+    """Per-cell growth rates (+-10 %, keyed by (seed, gen, gid)): every cell follows its own exponential law
+    step by step and every cell has its own length (with division noise alone a cell of generation n has
+    length l0 exp(r t) / 2^n, the same for the whole generation)."""
+    deck = validate(colony_raw(90, growth=dict(NOISY, growth_rate_noise=0.1)))
+    m = GrowthModel.from_deck(deck["growth"])
+    r = growth_rate(np.full(4000, 2.0), np.arange(4000) % 3, np.arange(4000), 11, m)
+    assert r.min() >= 1.8 and r.max() < 2.2 and abs(r.mean() - 2.0) < 0.01
+    before, checked = {}, [0]
+
+    def record(sim):
+        b = sim.bodies
+        now = {(int(g), int(k)): (L, rate) for g, k, L, rate in zip(
+            b.gid, b.gen, b.shape[:, 1], growth_rate(b.growth, b.gen, b.gid, deck["seed"], m))}
+        for key, (Lb, rate) in before.items():
+            if key in now:                         # did not divide: exactly one exponential step
+                assert now[key][0] == (Lb + 2 * R) * np.exp(DT * rate) - 2 * R
+                checked[0] += 1
+        before.clear()
+        before.update(now)
+
+    sim, d = run_sim(deck, comm=MPI.COMM_SELF, record=record)
+    assert checked[0] > 500
+    L = sim.bodies.shape[:, 1]                     # division noise alone: one length per generation
+    assert sim.n_global >= 8 and len(np.unique(L)) == len(L)
+    assert max(x["max_overlap"] for x in d) <= 1e-3
 
 
 @pytest.mark.mpi

@@ -24,7 +24,8 @@ Top-level sections (defaults in ``SCHEMA``)::
     growth:   {model: linear (growth_rate [L/T] adds to L) | exponential (growth_rate r [1/T]: L + 2R grows as
                exp(r t)), division_noise (cells divide at divide_at (1 + division_noise U[-1, 1])),
                orientation_noise [rad], noise_axis: [3] (daughters turn about this axis by U[-1, 1] *
-               orientation_noise; default: isotropic normal rotation vector)}  (see relcp_mpi.physics.growth)
+               orientation_noise; default: isotropic normal rotation vector), growth_rate_noise (each cell
+               grows at growth_rate (1 + growth_rate_noise U[-1, 1]))}  (see relcp_mpi.physics.growth)
     debug:    {dump_lcp: DIR (dump grown LCPs there), dump_on: fail|always, check_on_fail (search an
                infeasibility certificate when a solve fails), check_rows (whole-LCP search up to this size)}
                (see relcp_mpi.stepper.lcp_debug)
@@ -158,6 +159,7 @@ SCHEMA = {
         "division_noise": (FLOAT, 0.0, _unit_interval),
         "orientation_noise": (FLOAT, 0.02, _nonneg),
         "noise_axis": (ANY, None, _vec3),
+        "growth_rate_noise": (FLOAT, 0.0, _unit_interval),
     },
     "debug": {
         "dump_lcp": (STR, None, None),

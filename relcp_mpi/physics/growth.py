@@ -7,6 +7,12 @@ Two growth models (deck section ``growth``, :class:`GrowthModel`):
 * ``exponential``: the tip-to-tip length l = L + 2R grows as dl/dt = r l (``growth`` = r [1/T]); a step
   multiplies l by exp(r dt) exactly, so after n steps l = l0 exp(r n dt) up to rounding, whatever dt.
 
+With ``growth_rate_noise`` > 0 each cell grows at its own rate ``growth (1 + growth_rate_noise (2 u - 1))``, u
+keyed by (seed, gen, gid) like the division length below.  (Why: with exponential growth and division noise
+alone, a cell of generation n has length l0 exp(r t) / 2^n whatever its ancestors did, so its division time
+depends on its own threshold only and the generations stay separate waves; rate noise makes the phases of the
+lineages drift apart.)
+
 A cell divides when L reaches its division length ``l_div (1 + division_noise (2 u - 1))``, u uniform in [0, 1)
 from the counter-based stream keyed by (seed, gen, gid) (:mod:`relcp_mpi.parallel.random`): drawn once per cell
 (gid and generation identify a cell: daughter 1 keeps the mother's gid, both daughters have gen + 1), identical on
@@ -33,41 +39,55 @@ from relcp_mpi.geometry import quaternion as quat
 from relcp_mpi.parallel import random as prandom
 
 
-_STREAM_DIVISION = 9       # random streams (see relcp_mpi.parallel.random): division length, daughter angle
-_STREAM_ANGLE = 10
+_STREAM_DIVISION = 9       # random streams (see relcp_mpi.parallel.random): division length, daughter angle,
+_STREAM_ANGLE = 10         # growth rate
+_STREAM_RATE = 11
 
 
 @dataclass
 class GrowthModel:
     """Deck section ``growth``: ``model`` 'linear' | 'exponential', ``division_noise`` (relative half-width of the
-    uniform division-length distribution, in [0, 1)), ``orientation_noise`` [rad], ``noise_axis`` (3,) or None."""
+    uniform division-length distribution, in [0, 1)), ``orientation_noise`` [rad], ``noise_axis`` (3,) or None,
+    ``growth_rate_noise`` (relative half-width of the uniform per-cell growth-rate distribution, in [0, 1))."""
     model: str = "linear"
     division_noise: float = 0.0
     orientation_noise: float = 0.02
     noise_axis: tuple = None
+    growth_rate_noise: float = 0.0
 
     @classmethod
     def from_deck(cls, section):
         s = section or {}
         return cls(model=s.get("model") or "linear", division_noise=float(s.get("division_noise") or 0.0),
                    orientation_noise=float(s.get("orientation_noise", 0.02)),
-                   noise_axis=None if s.get("noise_axis") is None else tuple(float(v) for v in s["noise_axis"]))
+                   noise_axis=None if s.get("noise_axis") is None else tuple(float(v) for v in s["noise_axis"]),
+                   growth_rate_noise=float(s.get("growth_rate_noise") or 0.0))
 
 
 _DEFAULT = GrowthModel()
 
 
-def grow(bodies, dt, model=None):
-    """Advance the length of growing spherocylinders over one step of ``dt`` (in place): L += growth dt
-    (linear) or L + 2R *= exp(growth dt) (exponential)."""
+def growth_rate(growth, gen, gid, seed, model=None):
+    """(n,) each cell's own rate: ``growth`` (n,) times the cell's factor ``1 + growth_rate_noise (2 u - 1)``
+    keyed by (seed, gen, gid) (``growth`` itself without noise)."""
+    model = model or _DEFAULT
+    if model.growth_rate_noise == 0 or len(growth) == 0:
+        return growth
+    return growth * (1.0 + model.growth_rate_noise * (2.0 * _per_generation(seed, gen, gid, _STREAM_RATE) - 1.0))
+
+
+def grow(bodies, dt, model=None, seed=0):
+    """Advance the length of growing spherocylinders over one step of ``dt`` (in place): L += r dt (linear) or
+    L + 2R *= exp(r dt) (exponential), r = :func:`growth_rate` (``seed`` keys its noise)."""
     model = model or _DEFAULT
     m = (bodies.kind == SPHEROCYLINDER) & (bodies.growth != 0)
     if m.any():
+        r = growth_rate(bodies.growth[m], bodies.gen[m], bodies.gid[m], seed, model)
         if model.model == "exponential":
             R = bodies.shape[m, 0]
-            bodies.shape[m, 1] = (bodies.shape[m, 1] + 2 * R) * np.exp(dt * bodies.growth[m]) - 2 * R
+            bodies.shape[m, 1] = (bodies.shape[m, 1] + 2 * R) * np.exp(dt * r) - 2 * R
         else:
-            bodies.shape[m, 1] += dt * bodies.growth[m]
+            bodies.shape[m, 1] += dt * r
 
 
 def _per_generation(seed, gen, gid, stream, low=0.0, high=1.0):
