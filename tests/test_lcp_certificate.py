@@ -340,3 +340,22 @@ def test_feasible_solve_unaffected_by_divergence_test(method):
             assert r.converged
             out.append((r.iterations, x.getArray().copy()))
         assert out[0][0] == out[1][0] and np.array_equal(out[0][1], out[1][1])
+
+
+def test_lcpcheck_cli(tmp_path, capsys):
+    """``relcp-mpi lcpcheck``: exit 0 and the rows for an infeasible dump, exit 4 for a feasible one."""
+    from relcp_mpi.cli import main
+    from relcp_mpi.solver.lcp import SolverError
+    with pytest.raises(SolverError) as ei:
+        run_sim(_sphere_squeeze_deck(dump_lcp=str(tmp_path), check_on_fail=False), comm=MPI.COMM_SELF)
+    assert "infeasible" not in str(ei.value)               # check off: dump only
+    path = ei.value.lcp_dump
+    assert main(["lcpcheck", path]) == 0
+    out = capsys.readouterr().out
+    assert "4 rows, 2 bodies" in out and "infeasible, rows: 2 row(s)" in out and "- wall 1 (sub 0, level 0" in out
+    data = load_lcp(path)
+    data["q"] = np.abs(data["q"])                            # gaps opened: feasible (g = 0)
+    feas = str(tmp_path / "feasible.npz")
+    save_lcp(feas, data)
+    assert main(["lcpcheck", feas, "--bodies", "0", "--hops", "0"]) == 4
+    assert "no certificate found" in capsys.readouterr().out
