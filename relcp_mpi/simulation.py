@@ -125,8 +125,8 @@ class Simulation:
                                  method=deck["solver"]["method"],
                                  tol=deck["solver"]["tol"], max_iter=deck["solver"]["max_iter"],
                                  recheck_neighbors=c["recheck_neighbors"])
-        self.params.debug = LcpDebug.from_deck(deck.get("debug"))
         self.solver = StepSolver(self.comm)
+        self.params.debug = LcpDebug.from_deck(deck.get("debug"))
         self.growth_model = GrowthModel.from_deck(deck.get("growth"))
         self.has_growth = bool(self.comm.allreduce(bool(np.any(self.bodies.growth != 0)), op=MPI.LOR))
 
