@@ -8,6 +8,9 @@ Sub-commands::
                                       print the normalised version
     relcp-mpi info FILE.h5            describe a checkpoint or trajectory file
     relcp-mpi convert CKPT.h5 OUT.h5  write a checkpoint as a one-frame trajectory (+ XDMF) for ParaView
+    relcp-mpi lcpcheck DUMP.npz [--bodies G,G..] [--hops H] [--top K] [--all]
+                                      search an infeasibility certificate in a dumped LCP (deck option
+                                      debug.dump_lcp); exit 0 "infeasible, rows: ...", 4 "no certificate found"
 
 ``run``: a fresh run refuses to start when its output directory already holds a trajectory or checkpoints
 of the deck's name (``--overwrite`` deletes them once the deck has been checked; ``--restart`` continues
@@ -57,6 +60,13 @@ def _parser():
     c.add_argument("checkpoint")
     c.add_argument("output")
     c.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
+    k = sub.add_parser("lcpcheck", help="search an infeasibility certificate in a dumped LCP (serial)")
+    k.add_argument("dump")
+    k.add_argument("--bodies", help="comma-separated gids whose neighbourhood is searched (default: the bodies of "
+                                    "the largest multipliers, or the whole LCP when it is small)")
+    k.add_argument("--hops", type=int, default=1, help="rings of neighbours added to the bodies (default 1)")
+    k.add_argument("--top", type=int, default=10, help="number of largest multipliers seeding the search")
+    k.add_argument("--all", action="store_true", help="search the whole LCP")
     return p
 
 
@@ -91,6 +101,8 @@ def main(argv=None):
         return _info(args)
     if args.command == "convert":
         return _convert(args)
+    if args.command == "lcpcheck":
+        return _lcpcheck(args)
     return _run(args)
 
 
@@ -120,6 +132,31 @@ def _validate(args):
         sys.stdout.write(yaml.safe_dump(deck, sort_keys=False) + note)
         sys.stdout.flush()
     return EXIT_OK
+
+
+EXIT_NO_CERTIFICATE = 4
+
+
+def _lcpcheck(args):
+    """Serial certificate search on a dump (rank 0 prints; other ranks, if any, do nothing)."""
+    if _rank() != 0:
+        return EXIT_OK
+    from relcp_mpi.contact.lcp_dump import load_lcp
+    from relcp_mpi.solver.certificate import check_dump, describe
+    try:
+        data = load_lcp(args.dump)
+        bodies = [int(b) for b in args.bodies.split(",")] if args.bodies else None
+    except (OSError, ValueError, KeyError) as exc:
+        _err(None, f"cannot read LCP dump {args.dump}: {exc}")
+        return EXIT_BAD_INPUT
+    res = check_dump(data, bodies=bodies, hops=args.hops, top=args.top, whole=True if args.all else None)
+    info = data.get("info", {})
+    head = f"{args.dump}: {data['D'].shape[1]} rows, {len(data['blocks'])} bodies"
+    if info:
+        head += " (" + ", ".join(f"{k} {v}" for k, v in info.items()) + ")"
+    sys.stdout.write(head + "\n" + describe(res, data) + "\n")
+    sys.stdout.flush()
+    return EXIT_OK if res.infeasible else EXIT_NO_CERTIFICATE
 
 
 def _info(args):

@@ -28,9 +28,10 @@ from relcp_mpi.parallel.box import Box
 from relcp_mpi.parallel import decomposition as pdecomp
 from relcp_mpi.parallel.ghosts import exchange_ghosts, refresh_ghosts
 from relcp_mpi.parallel.migration import alltoallv_rows, migrate
-from relcp_mpi.physics.growth import divide, grow
+from relcp_mpi.physics.growth import GrowthModel, divide, grow
 from relcp_mpi.physics.mobility import mobility_blocks
 from relcp_mpi.contact.neighbors import candidate_pairs, wall_candidates
+from relcp_mpi.stepper.lcp_debug import LcpDebug
 from relcp_mpi.stepper.relcp import StepInput, StepParams, StepSolver, relcp_step
 
 
@@ -128,6 +129,8 @@ class Simulation:
                                  max_trial_rotation=c["max_trial_rotation"] if deck["time"].get("max_halvings")
                                  else 0.0)
         self.solver = StepSolver(self.comm)
+        self.params.debug = LcpDebug.from_deck(deck.get("debug"))
+        self.growth_model = GrowthModel.from_deck(deck.get("growth"))
         self.has_growth = bool(self.comm.allreduce(bool(np.any(self.bodies.growth != 0)), op=MPI.LOR))
 
     def _update_widths(self):
@@ -345,13 +348,14 @@ class Simulation:
     def _single_step(self, dt):
         comm = self.comm
         self.params.dt = dt
+        self.params.debug.step = self.step + 1           # label of LCP dumps / failure reports
         self._rebalance_if_needed()
         if self.has_growth:
             # growth and division act at the start of the step, so the step's LCP resolves the new overlaps
             with self.timer.stage("growth"):
-                grow(self.bodies, dt)
+                grow(self.bodies, dt, self.growth_model, self.deck["seed"])
                 self.bodies, self.next_gid, ndiv = divide(self.bodies, comm, self.next_gid, self.deck["seed"],
-                                                          self.step)
+                                                          self.step, model=self.growth_model)
                 if ndiv:
                     self.n_global += ndiv
                 self._update_widths()

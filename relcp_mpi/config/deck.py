@@ -24,6 +24,14 @@ Top-level sections (defaults in ``SCHEMA``)::
     solver:   {method: bbpgd|apgd|tao-bncg|tao-blmvm, tol, max_iter, petsc_options: [str]}
     parallel: {decomposition: cartesian|rcb, rebalance_every, imbalance_threshold}
     output:   {directory, trajectory_every, checkpoint_every, keep_checkpoints, progress_every, restart}
+    growth:   {model: linear (growth_rate [L/T] adds to L) | exponential (growth_rate r [1/T]: L + 2R grows as
+               exp(r t)), division_noise (cells divide at divide_at (1 + division_noise U[-1, 1])),
+               orientation_noise [rad], noise_axis: [3] (daughters turn about this axis by U[-1, 1] *
+               orientation_noise; default: isotropic normal rotation vector), growth_rate_noise (each cell
+               grows at growth_rate (1 + growth_rate_noise U[-1, 1]))}  (see relcp_mpi.physics.growth)
+    debug:    {dump_lcp: DIR (dump grown LCPs there), dump_on: fail|always, check_on_fail (search an
+               infeasibility certificate when a solve fails), check_rows (whole-LCP search up to this size)}
+               (see relcp_mpi.stepper.lcp_debug)
 
 Units are the user's (consistent) units: lengths L, times T, viscosity mu; forces F = mu L^2 / T.
 """
@@ -51,6 +59,10 @@ def _pos(v):
 
 def _nonneg(v):
     return None if v >= 0 else f"must be >= 0, got {v}"
+
+
+def _unit_interval(v):
+    return None if 0 <= v < 1 else f"must be in [0, 1), got {v}"
 
 
 def _choice(*opts):
@@ -147,6 +159,19 @@ SCHEMA = {
         "restart": (ANY, None, None),
     },
     "event_driven": (ANY, None, None),
+    "growth": {
+        "model": (STR, "linear", _choice("linear", "exponential")),
+        "division_noise": (FLOAT, 0.0, _unit_interval),
+        "orientation_noise": (FLOAT, 0.02, _nonneg),
+        "noise_axis": (ANY, None, _vec3),
+        "growth_rate_noise": (FLOAT, 0.0, _unit_interval),
+    },
+    "debug": {
+        "dump_lcp": (STR, None, None),
+        "dump_on": (STR, "fail", _choice("fail", "always")),
+        "check_on_fail": (BOOL, True, None),
+        "check_rows": (INT, 5000, _pos),
+    },
 }
 
 BODY_KEYS = {
@@ -313,6 +338,10 @@ def validate(raw, source="deck"):
         elif np.linalg.norm(w["normal"]) == 0:
             problems.append(f"{kp}.normal: must be nonzero")
 
+    gr = deck["growth"]
+    noise = gr["division_noise"]
+    if isinstance(gr["noise_axis"], list) and not _vec3(gr["noise_axis"]) and np.linalg.norm(gr["noise_axis"]) == 0:
+        problems.append("growth.noise_axis: must be nonzero")
     for section, keys in (("bodies", BODY_KEYS), ("generate", GENERATOR_KEYS)):
         items = deck[section]
         if not isinstance(items, list):
@@ -342,6 +371,11 @@ def validate(raw, source="deck"):
                             and nb["divide_at"] <= max(nb["length"], 2 * nb["radius"]):
                         problems.append(f"{kp}.divide_at: must exceed the initial length {nb['length']} and "
                                         f"2*radius {2 * nb['radius']} (daughters have length L/2 - R > 0)")
+                    elif isinstance(nb.get("radius"), float) and isinstance(noise, float) and noise > 0 \
+                            and nb["divide_at"] * (1 - noise) <= 2 * nb["radius"]:
+                        problems.append(f"{kp}.divide_at: with growth.division_noise {noise} cells may divide at "
+                                        f"{nb['divide_at'] * (1 - noise):g}, which must exceed 2*radius "
+                                        f"{2 * nb['radius']} (daughters have length L/2 - R > 0)")
             norm.append(nb)
         deck[section] = norm
 
@@ -349,6 +383,9 @@ def validate(raw, source="deck"):
     if "ring" in kinds and kinds & {"ellipsoid", "spherocylinder"}:
         problems.append("bodies: rings can only be combined with spheres and walls (ring-ellipsoid and "
                         "ring-spherocylinder contact are not implemented)")
+    dbg = deck["debug"]
+    if "dump_on" in (raw.get("debug") or {}) and dbg["dump_lcp"] is None:
+        problems.append("debug.dump_on: needs debug.dump_lcp (the directory for the dumps)")
     c, s = deck["contact"], deck["solver"]
     if isinstance(s["tol"], float) and isinstance(c["overlap_tol"], float) and s["tol"] > c["overlap_tol"]:
         problems.append(f"solver.tol: must be <= contact.overlap_tol ({c['overlap_tol']}), got {s['tol']}")

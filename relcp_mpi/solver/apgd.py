@@ -16,12 +16,14 @@ Iteration (``P`` = projection onto ``x >= 0``, step ``t = 1/L``)::
 residual and stopping test are the min-map residual of ``x_k`` (same as BBPGD); one fused allreduce per iteration.
 
 Options: ``mu`` (error bound, see :mod:`relcp_mpi.solver.lcp`), ``L`` (skip the power iteration),
-``power_iters``, ``L_safety``, ``restart`` (True).
+``power_iters``, ``L_safety``, ``restart`` (True), ``divergence_every`` / ``divergence_factor`` (early stop of a
+diverging solve, :mod:`.divergence`; 0 = off).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from relcp_mpi.solver.divergence import DivergenceMonitor
 from relcp_mpi.solver.lcp import (FusedReducer, finish, minmap_local, mpi_comm_of,
                                   start_projected_gradient, work_vecs)
 
@@ -63,7 +65,7 @@ def estimate_lmax(A, template, iters=10):
 
 
 def solve_apgd(A, q, x, tol=1e-8, max_iter=10000, raise_on_fail=True, mu=None, L=None, power_iters=10,
-               L_safety=1.05, restart=True, **unused):
+               L_safety=1.05, restart=True, divergence_every=100, divergence_factor=1e4, **unused):
     if unused:
         raise TypeError("apgd: unknown options %s" % sorted(unused))
     st = start_projected_gradient(A, q, x, "apgd", 4)      # x_0 = P(x_in), g(x_0), r_0
@@ -86,6 +88,8 @@ def solve_apgd(A, q, x, tol=1e-8, max_iter=10000, raise_on_fail=True, mu=None, L
     Yv[:] = X
     GY[:] = G
     n_backtrack = 0
+    mon = DivergenceMonitor(A, q, x, divergence_every, divergence_factor)
+    diverging = None
     while it < max_iter:
         XO[:] = X
         GO[:] = G
@@ -111,6 +115,9 @@ def solve_apgd(A, q, x, tol=1e-8, max_iter=10000, raise_on_fail=True, mu=None, L
         if res <= tol:
             converged = True
             break
+        diverging = mon.check(it)
+        if diverging:
+            break
         theta_new = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * theta * theta))
         beta = (theta - 1.0) / theta_new
         theta = theta_new
@@ -125,4 +132,5 @@ def solve_apgd(A, q, x, tol=1e-8, max_iter=10000, raise_on_fail=True, mu=None, L
         GY += G
     g.stateIncrease()
     return finish(A, q, x, g, method="apgd", converged=converged, iterations=it, residual=res, history=history,
-                  tol=tol, t=1.0 / L, mu=mu, raise_on_fail=raise_on_fail)
+                  tol=tol, t=1.0 / L, mu=mu, raise_on_fail=raise_on_fail,
+                  reason=diverging or "maximum iterations reached")

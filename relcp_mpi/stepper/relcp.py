@@ -29,7 +29,8 @@ from relcp_mpi.contact.neighbors import candidate_pairs, wall_candidates
 from relcp_mpi.geometry.contact import pair_snsd, wall_snsd
 from relcp_mpi.geometry.support import separation_lower_bound
 from relcp_mpi.petsc import get_petsc
-from relcp_mpi.solver.lcp import solve_lcp
+from relcp_mpi.solver.lcp import SolverError, solve_lcp
+from relcp_mpi.stepper import lcp_debug
 from relcp_mpi.solver.operator import ContactOperator
 from relcp_mpi.stepper.integrator import advance
 
@@ -60,6 +61,7 @@ class StepParams:
     line_contacts: bool = True     # level-0 end-point / end-cap rows for rods (contact.line_contacts)
     max_trial_rotation: float = 0.0  # [rad] give a step up when a trial rotates a body more (0 = off)
     geometry_tol: float = 1e-12
+    debug: object = None           # lcp_debug.LcpDebug: LCP dumps and certificate checks (None = off)
 
 
 @dataclass
@@ -321,10 +323,16 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
         gv.getArray()[:] = np.maximum(gamma, 0.0)
         T.stop("assembly")
         with T.stage("solve"):
-            res = solve_lcp(A, qv, gv, method=prm.method, tol=prm.tol, max_iter=prm.max_iter, raise_on_fail=True)
+            try:
+                res = solve_lcp(A, qv, gv, method=prm.method, tol=prm.tol, max_iter=prm.max_iter,
+                                raise_on_fail=True)
+            except SolverError as exc:           # every rank: dump / explain the failed LCP, then fail
+                lcp_debug.on_failure(prm.debug, exc, comm, D, inp, dt, table, gv.getArray(), depth)
+                raise
         iters_total += res.iterations
         history.append(res.residual)
         gamma = gv.getArray().copy()
+        lcp_debug.on_solve(prm.debug, comm, D, inp, dt, table, gamma, depth, res)
         # ---- trial configuration ----------------------------------------------------------------------
         Fv = D.createVecLeft()
         D.mult(gv, Fv)
