@@ -430,3 +430,14 @@ def test_check_compatible_body_count_unless_cells_divide():
     assert deck_has_division({"generate": [{"divide_at": 3.0}]})
     assert not deck_has_division({"bodies": [{"divide_at": 0}, {"divide_at": None}, "x", {"divide_at": True}]})
     assert not deck_has_division(None) and not deck_has_division({"bodies": None})
+
+
+def test_checkpoint_written_before_the_gen_field_still_restarts():
+    """tests/data/ckpt_before_gen_field.h5 was written by relcp_mpi before bodies had a ``gen`` column (commit
+    a33919d, deck beside it): it reads with generation 0 for every body and its checksums still verify."""
+    from relcp_mpi.io.checkpoint import read_checkpoint
+    here = os.path.join(os.path.dirname(__file__), "data", "ckpt_before_gen_field.h5")
+    bodies, meta, warm = read_checkpoint(here, MPI.COMM_SELF)
+    assert bodies.n == 2 and meta["step"] == 3
+    assert np.array_equal(bodies.gen, [0, 0])
+    assert np.all(np.isfinite(bodies.x))

@@ -49,6 +49,10 @@ import numpy as np
 
 from relcp_mpi import __version__
 from relcp_mpi.bodies.store import FIELDS, BodyStore
+
+# body fields added after checkpoints were first written: a checkpoint without them is read with this value
+# (``gen``, the cell generation, arrived with the realistic colony model; older files have only generation 0)
+OPTIONAL_BODY_FIELDS = {"gen": 0}
 from relcp_mpi.io import h5util as hu
 
 FORMAT = "relcp_mpi-checkpoint"
@@ -441,7 +445,8 @@ def _inspect(f, path, strict_version=False):
             raise CheckpointError(f"checkpoint {path}: metadata key {k!r} missing")
     info = {"meta_json": meta_json, "meta": meta, "checksum": _s(attrs["checksum"]), "code_version": cv,
             "datasets": {}}
-    for grp, names in (("bodies", list(FIELDS)), ("warm", None)):
+    for grp, names in (("bodies", [c for c in FIELDS if c not in OPTIONAL_BODY_FIELDS or f"bodies/{c}" in f]),
+                       ("warm", None)):
         if grp not in f:
             raise CheckpointError(f"checkpoint {path}: missing group '/{grp}'")
         g = f[grp]
@@ -553,7 +558,9 @@ def read_checkpoint(path, comm, strict_version=False):
             raise CheckpointError(f"checkpoint {path}: checksum mismatch in dataset '/{name}' "
                                   f"(stored {want}, computed {hu.checksum_hex(got)}): file damaged")
 
-    bodies = BodyStore(**{nm: data[f"bodies/{nm}"].astype(FIELDS[nm][0]) for nm in FIELDS})
+    nloc = b1 - b0
+    bodies = BodyStore(**{nm: data[f"bodies/{nm}"].astype(FIELDS[nm][0]) if f"bodies/{nm}" in data
+                          else np.full(nloc, OPTIONAL_BODY_FIELDS[nm], FIELDS[nm][0]) for nm in FIELDS})
     if bodies.n > 1 and np.any(np.diff(bodies.gid) <= 0):
         raise CheckpointError(f"checkpoint {path}: bodies are not in increasing global-id order")
     warm = {k[len("warm/"):]: v for k, v in data.items() if k.startswith("warm/")}
