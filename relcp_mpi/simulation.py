@@ -30,6 +30,7 @@ from relcp_mpi.parallel.ghosts import exchange_ghosts, refresh_ghosts
 from relcp_mpi.parallel.migration import alltoallv_rows, migrate
 from relcp_mpi.physics.growth import divide, grow
 from relcp_mpi.physics.mobility import mobility_blocks
+from relcp_mpi.physics.stress import step_stress_diagnostics
 from relcp_mpi.contact.neighbors import candidate_pairs, wall_candidates
 from relcp_mpi.stepper.relcp import StepInput, StepParams, StepSolver, relcp_step
 
@@ -377,6 +378,8 @@ class Simulation:
         self.step += 1
         self.time += dt
         self.diag = dict(res.diagnostics)
+        # collision stress of the step (virial of the constraint forces; one allreduce of 9 numbers)
+        self.diag.update(step_stress_diagnostics(res.table, res.gamma, inp.x0, self.box.lengths, comm))
         if getattr(self, "_imbalance", None) is not None:
             self.diag["imbalance"] = self._imbalance      # measured at the last rebalance check
         return res
@@ -583,5 +586,13 @@ class Simulation:
                 f"{self.n_global} bodies, {self.step} steps, t={self.time:.6g}\n" + restart +
                 f"last step: constraints={d.get('constraints', 0)} depth={d.get('depth', 0)} "
                 f"iterations={d.get('iterations', 0)} max_overlap={d.get('max_overlap', 0.0):.3e} "
-                f"(overlap_tol {self.params.overlap_tol:g})\n"
+                f"(overlap_tol {self.params.overlap_tol:g})\n" + _stress_line(d) +
                 f"wall time {wall:.3f} s, {nrun / max(wall, 1e-300):.2f} steps/s\n" + stages)
+
+
+def _stress_line(d):
+    """Summary line of the last step's collision stress (empty when the diagnostics have none)."""
+    if "pressure" not in d:
+        return ""
+    comps = " ".join(f"{c}={d[f'stress_{c}']:.3e}" for c in ("xx", "yy", "zz", "xy", "xz", "yz"))
+    return f"collision stress [F/L^2] (last step): pressure={d['pressure']:.3e} {comps}\n"
