@@ -429,18 +429,11 @@ class Simulation:
     def _open_trajectory(self):
         """Trajectory writer: a new file for a fresh run; after a restart the existing file is appended
         to, frames after the restart step (written by the interrupted run) being dropped."""
-        out = self.deck["output"]
-        if not out["trajectory_every"]:
+        if not self.deck["output"]["trajectory_every"]:
             return None
-        from relcp_mpi.io.trajectory import TrajectoryWriter
-        d = out["directory"]
-        if self.comm.rank == 0:
-            os.makedirs(d, exist_ok=True)
-        self.comm.Barrier()
-        path = os.path.join(d, f"{self.deck['name']}.h5")
+        from relcp_mpi.io.writers import open_trajectory_writers     # output.format: hdf5 and/or gsd
         restarted = getattr(self, "restarted_from", None) is not None or self.step > 0
-        return TrajectoryWriter(path, self.comm, append=restarted,
-                                restart_step=self.step if restarted else None)
+        return open_trajectory_writers(self.deck, self.comm, restart_step=self.step if restarted else None)
 
     # ------------------------------------------------------------------------------------------------
     @property
