@@ -12,7 +12,7 @@ from relcp_mpi.bodies.shapes import ELLIPSOID, RING, SPHERE, SPHEROCYLINDER
 from relcp_mpi.bodies.store import BodyStore
 from relcp_mpi.config.deck import DeckError
 from relcp_mpi.io.trajectory import TrajectoryError, list_frames, read_diagnostics, read_frame
-from tests.helpers import make_deck
+from tests.helpers import make_deck, mixed_shapes_deck
 
 gsd_hoomd = pytest.importorskip("gsd.hoomd", reason="Debian python3-gsd is not installed (tools/setup.sh)")
 from relcp_mpi.io.gsd_writer import GSDWriter, frame_types, require_gsd, torus_mesh  # noqa: E402
@@ -22,17 +22,7 @@ WORLD = MPI.COMM_WORLD
 
 
 def _deck(directory, steps=6, checkpoint_every=0):
-    bodies = [{"shape": "ellipsoid", "axes": [1.0, 0.4, 0.3], "position": [-1.2, 0.3, 0.0],
-               "orientation": {"axis": [0, 0, 1], "angle": 0.3}, "force": [4.0, -1.0, 0.0]},
-              {"shape": "ellipsoid", "axes": [1.0, 0.4, 0.3], "position": [1.2, -0.3, 0.0],
-               "orientation": {"axis": [1, 1, 0], "angle": 0.7}, "force": [-4.0, 1.0, 0.0]},
-              {"shape": "spherocylinder", "radius": 0.3, "length": 1.0, "position": [0.0, 2.0, 0.5],
-               "orientation": {"axis": [0, 1, 0], "angle": 1.2}, "force": [0.0, -1.0, 0.0]},
-              {"shape": "sphere", "radius": 0.5, "position": [2.5, 2.5, -2.0], "torque": [0.0, 0.0, 5.0]}]
-    return make_deck(time={"dt": 0.05, "steps": steps}, box={"lo": [-4, -4, -4], "hi": [4, 4, 4]}, bodies=bodies,
-                     contact={"overlap_tol": 1e-3, "skin": 0.3},
-                     output={"directory": directory, "trajectory_every": 2, "format": ["hdf5", "gsd"],
-                             "checkpoint_every": checkpoint_every})
+    return mixed_shapes_deck(directory, steps, format=["hdf5", "gsd"], checkpoint_every=checkpoint_every)
 
 
 def _run(deck, comm):

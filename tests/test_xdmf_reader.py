@@ -17,7 +17,7 @@ import pytest
 from mpi4py import MPI
 
 from relcp_mpi.io.trajectory import list_frames, read_frame
-from tests.helpers import clean_env, make_deck
+from tests.helpers import clean_env, mixed_shapes_deck
 
 READ = r"""
 import json, sys
@@ -59,23 +59,9 @@ def paraview():
                     "Debian's python3-vtk9 are not packaged; install with RELCP_VIEWERS=1 bash tools/setup.sh")
 
 
-def _mixed_deck(tmp):
-    bodies = [{"shape": "ellipsoid", "axes": [1.0, 0.4, 0.3], "position": [-1.2, 0.3, 0.0],
-               "orientation": {"axis": [0, 0, 1], "angle": 0.3}, "force": [2.0, -0.5, 0.0]},
-              {"shape": "ellipsoid", "axes": [1.0, 0.4, 0.3], "position": [1.2, -0.3, 0.0],
-               "orientation": {"axis": [1, 1, 0], "angle": 0.7}, "force": [-2.0, 0.5, 0.0]},
-              {"shape": "spherocylinder", "radius": 0.3, "length": 1.0, "position": [0.0, 2.0, 0.5],
-               "orientation": {"axis": [0, 1, 0], "angle": 1.2}, "force": [0.0, -1.0, 0.0]},
-              {"shape": "sphere", "radius": 0.5, "position": [0.0, -2.2, 0.0], "force": [0.0, 1.0, 0.0],
-               "torque": [0.0, 0.0, 20.0]}]
-    return make_deck(time={"dt": 0.05, "steps": 6}, box={"lo": [-5, -5, -5], "hi": [5, 5, 5]}, bodies=bodies,
-                     contact={"overlap_tol": 1e-3, "skin": 0.3},
-                     output={"directory": str(tmp), "trajectory_every": 2})
-
-
 def test_paraview_reads_sidecar(paraview, tmp_path):
     from relcp_mpi.simulation import Simulation
-    sim = Simulation(_mixed_deck(tmp_path / "run"), "", MPI.COMM_SELF)
+    sim = Simulation(mixed_shapes_deck(tmp_path / "run"), "", MPI.COMM_SELF)
     sim.run(progress_stream=open(os.devnull, "w"))
     h5 = str(tmp_path / "run" / "test.h5")
     xdmf = str(tmp_path / "run" / "test.xdmf")
