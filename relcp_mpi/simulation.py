@@ -587,5 +587,6 @@ def _stress_line(d):
     """Summary line of the last step's collision stress (empty when the diagnostics have none)."""
     if "pressure" not in d:
         return ""
-    comps = " ".join(f"{c}={d[f'stress_{c}']:.3e}" for c in ("xx", "yy", "zz", "xy", "xz", "yz"))
+    # all 9 components: with centre-to-centre levers the tensor of non-spherical bodies need not be symmetric
+    comps = " ".join(f"{c}={d[f'stress_{c}']:.3e}" for c in ("xx", "yy", "zz", "xy", "yx", "xz", "zx", "yz", "zy"))
     return f"collision stress [F/L^2] (last step): pressure={d['pressure']:.3e} {comps}\n"
