@@ -65,7 +65,7 @@ def collision_stress(table, gamma, x, volume, comm):
     local = constraint_virial(table.ia, table.ib, table.normal, table.r_i, table.sep0, gamma, x)
     total = np.empty(9)
     comm.Allreduce(np.ascontiguousarray(local.ravel()), total, op=MPI.SUM)
-    return -total.reshape(3, 3) / float(volume)
+    return -total.reshape(3, 3) / float(volume) + 0.0       # + 0.0: no "-0" without contacts
 
 
 def stress_diagnostics(sigma):
