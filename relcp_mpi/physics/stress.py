@@ -73,7 +73,7 @@ def stress_diagnostics(sigma):
     direction, column = force direction) and ``pressure`` = -trace/3 [F/L^2]."""
     sigma = np.asarray(sigma, dtype=np.float64).reshape(3, 3)
     out = {f"stress_{c}": float(v) for c, v in zip(COMPONENTS, sigma.ravel())}
-    out["pressure"] = float(-np.trace(sigma) / 3.0)
+    out["pressure"] = float(-np.trace(sigma) / 3.0) + 0.0
     return out
 
 
