@@ -215,13 +215,13 @@ def _convert(args):
 
 # ------------------------------------------------------------------------------------------------
 def existing_outputs(deck):
-    """Files of an earlier run of this deck in its output directory (trajectory, XDMF sidecar,
+    """Files of an earlier run of this deck in its output directory (trajectory, XDMF sidecar, GSD trajectory,
     checkpoints incl. stale temporaries, event-driven result), sorted."""
     d, name = deck["output"]["directory"], deck["name"]
     if not os.path.isdir(d):
         return []
     found = []
-    for p in (os.path.join(d, f"{name}.h5"), os.path.join(d, f"{name}.xdmf"),
+    for p in (os.path.join(d, f"{name}.h5"), os.path.join(d, f"{name}.xdmf"), os.path.join(d, f"{name}.gsd"),
               os.path.join(d, f"{name}_events.h5")):
         if os.path.exists(p):
             found.append(p)

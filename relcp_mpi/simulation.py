@@ -30,6 +30,7 @@ from relcp_mpi.parallel.ghosts import exchange_ghosts, refresh_ghosts
 from relcp_mpi.parallel.migration import alltoallv_rows, migrate
 from relcp_mpi.physics.growth import GrowthModel, divide, grow
 from relcp_mpi.physics.mobility import mobility_blocks
+from relcp_mpi.physics.stress import step_stress_diagnostics
 from relcp_mpi.contact.neighbors import candidate_pairs, wall_candidates
 from relcp_mpi.stepper.lcp_debug import LcpDebug
 from relcp_mpi.stepper.relcp import StepInput, StepParams, StepSolver, relcp_step
@@ -384,6 +385,8 @@ class Simulation:
         self.step += 1
         self.time += dt
         self.diag = dict(res.diagnostics)
+        # collision stress of the step (virial of the constraint forces; one allreduce of 9 numbers)
+        self.diag.update(step_stress_diagnostics(res.table, res.gamma, inp.x0, self.box.lengths, comm))
         if getattr(self, "_imbalance", None) is not None:
             self.diag["imbalance"] = self._imbalance      # measured at the last rebalance check
         return res
@@ -433,18 +436,11 @@ class Simulation:
     def _open_trajectory(self):
         """Trajectory writer: a new file for a fresh run; after a restart the existing file is appended
         to, frames after the restart step (written by the interrupted run) being dropped."""
-        out = self.deck["output"]
-        if not out["trajectory_every"]:
+        if not self.deck["output"]["trajectory_every"]:
             return None
-        from relcp_mpi.io.trajectory import TrajectoryWriter
-        d = out["directory"]
-        if self.comm.rank == 0:
-            os.makedirs(d, exist_ok=True)
-        self.comm.Barrier()
-        path = os.path.join(d, f"{self.deck['name']}.h5")
+        from relcp_mpi.io.writers import open_trajectory_writers     # output.format: hdf5 and/or gsd
         restarted = getattr(self, "restarted_from", None) is not None or self.step > 0
-        return TrajectoryWriter(path, self.comm, append=restarted,
-                                restart_step=self.step if restarted else None)
+        return open_trajectory_writers(self.deck, self.comm, restart_step=self.step if restarted else None)
 
     # ------------------------------------------------------------------------------------------------
     @property
@@ -590,5 +586,14 @@ class Simulation:
                 f"{self.n_global} bodies, {self.step} steps, t={self.time:.6g}\n" + restart +
                 f"last step: constraints={d.get('constraints', 0)} depth={d.get('depth', 0)} "
                 f"iterations={d.get('iterations', 0)} max_overlap={d.get('max_overlap', 0.0):.3e} "
-                f"(overlap_tol {self.params.overlap_tol:g})\n"
+                f"(overlap_tol {self.params.overlap_tol:g})\n" + _stress_line(d) +
                 f"wall time {wall:.3f} s, {nrun / max(wall, 1e-300):.2f} steps/s\n" + stages)
+
+
+def _stress_line(d):
+    """Summary line of the last step's collision stress (empty when the diagnostics have none)."""
+    if "pressure" not in d:
+        return ""
+    # all 9 components: with centre-to-centre levers the tensor of non-spherical bodies need not be symmetric
+    comps = " ".join(f"{c}={d[f'stress_{c}']:.3e}" for c in ("xx", "yy", "zz", "xy", "yx", "xz", "zx", "yz", "zy"))
+    return f"collision stress [F/L^2] (last step): pressure={d['pressure']:.3e} {comps}\n"

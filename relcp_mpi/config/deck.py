@@ -23,7 +23,9 @@ Top-level sections (defaults in ``SCHEMA``)::
                larger than this is redone at dt/2 at once; 0 = never)}
     solver:   {method: bbpgd|apgd|tao-bncg|tao-blmvm, tol, max_iter, petsc_options: [str]}
     parallel: {decomposition: cartesian|rcb, rebalance_every, imbalance_threshold}
-    output:   {directory, trajectory_every, checkpoint_every, keep_checkpoints, progress_every, restart}
+    output:   {directory, trajectory_every, format: hdf5 | gsd | [hdf5, gsd] (trajectory files <name>.h5 (+ .xdmf)
+               and/or <name>.gsd; normalised to a list), checkpoint_every, keep_checkpoints, progress_every,
+               restart}
     growth:   {model: linear (growth_rate [L/T] adds to L) | exponential (growth_rate r [1/T]: L + 2R grows as
                exp(r t)), division_noise (cells divide at divide_at (1 + division_noise U[-1, 1])),
                orientation_noise [rad], noise_axis: [3] (daughters turn about this axis by U[-1, 1] *
@@ -86,6 +88,17 @@ def _bool3(v):
 def _str_list(v):
     if not (isinstance(v, list) and all(isinstance(c, str) for c in v)):
         return f"must be a list of strings, got {v!r}"
+    return None
+
+
+TRAJECTORY_FORMATS = ("hdf5", "gsd")
+
+
+def _formats(v):
+    items = v if isinstance(v, list) else [v]
+    if not items or not all(isinstance(f, str) and f in TRAJECTORY_FORMATS for f in items) \
+            or len(set(items)) != len(items):
+        return f"must be one of {list(TRAJECTORY_FORMATS)} or a list of them without repeats, got {v!r}"
     return None
 
 
@@ -153,6 +166,7 @@ SCHEMA = {
     "output": {
         "directory": (STR, None, None),
         "trajectory_every": (INT, 10, _nonneg),
+        "format": (ANY, "hdf5", _formats),
         "checkpoint_every": (INT, 0, _nonneg),
         "keep_checkpoints": (INT, 3, _pos),
         "progress_every": (INT, 10, _nonneg),
@@ -395,6 +409,8 @@ def validate(raw, source="deck"):
         s["tol"] = 0.1 * c["overlap_tol"]
     if c["initial_overlap_tol"] is None:
         c["initial_overlap_tol"] = c["overlap_tol"]
+    if not isinstance(deck["output"]["format"], list):
+        deck["output"]["format"] = [deck["output"]["format"]]
     if deck["output"]["directory"] is None:
         deck["output"]["directory"] = f"out/{deck['name']}"
     return deck
