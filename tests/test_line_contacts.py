@@ -142,3 +142,46 @@ def test_far_trial_rotation_redoes_the_step_before_the_solver_runs_off(capsys):
     assert max(d["substeps"] for d in diags) >= 2
     assert max(d["max_overlap"] for d in diags) <= 1e-3
     assert all(d["trial_rotation"] <= np.degrees(0.25) for d in diags)
+
+
+def test_ring_wall_rows_bound_the_wall_separation_and_a_flat_ring_does_not_pivot():
+    from relcp_mpi.bodies.shapes import RING
+    from relcp_mpi.contact.line_contacts import ring_wall_rows
+    rng = np.random.default_rng(5)
+    m = 100
+    kind = np.full(m, RING)
+    shape = np.column_stack([rng.uniform(1.0, 2.0, m), rng.uniform(0.1, 0.4, m), np.zeros(m)])
+    X = rng.normal(size=(m, 3))
+    Q = quaternion.normalize(rng.normal(size=(m, 4)))
+    Q[:10] = [1.0, 0, 0, 0]                                 # flat rings (body x axis fallback)
+    n = np.tile([0.0, 0.0, 1.0], (m, 1))
+    w = np.tile([0.0, 0.0, -5.0], (m, 1))
+    cand, sub, g = ring_wall_rows(kind, shape, X, Q, np.arange(m), np.arange(m), w, n, skin=np.inf)
+    assert len(cand) == 3 * m and sorted(set(sub)) == [1, 2, 3]
+    ref = wall_snsd(kind, shape, X, Q, w, n)
+    assert np.all(g.sep >= ref.sep[cand] - 1e-12)
+    # the four samples (SNSD + 3) of a flat ring are all at its lowest height
+    flat = cand < 10
+    assert np.allclose(g.sep[flat], ref.sep[cand[flat]], atol=1e-12)
+    # the sample opposite the lowest point is higher by 2 Rc sin(tilt), tilt = angle between the axis and n
+    c = np.abs(quaternion.to_matrix(Q)[:, 2, 2])
+    opp = sub == 2
+    assert np.allclose(g.sep[opp] - ref.sep[cand[opp]], 2 * shape[cand[opp], 0] * np.sqrt(1 - c[cand[opp]] ** 2),
+                       atol=1e-9)
+
+
+def _ring_on_wall(line_contacts):
+    return make_deck(
+        time={"dt": 0.05, "steps": 20}, walls=[{"point": [0, 0, 0], "normal": [0, 0, 1]}],
+        bodies=[{"shape": "ring", "ring_radius": 1.5, "radius": 0.2, "position": [0, 0, 0.221],
+                 "orientation": {"axis": [0, 1, 0], "angle": 0.01},
+                 "force": [0, 0, -20.0], "torque": [0, 5.0, 3.0]}],
+        contact={"overlap_tol": 1e-3, "skin": 0.3, "line_contacts": line_contacts}, solver={"tol": 1e-6})
+
+
+def test_flat_ring_pressed_and_twisted_on_a_wall_terminates_at_level_zero():
+    _, old = run_sim(_ring_on_wall(False), comm=SELF)
+    assert max(d["depth"] for d in old) >= 1
+    sim, diags = run_sim(_ring_on_wall(True), comm=SELF)
+    assert max(d["depth"] for d in diags) == 0
+    assert max(d["max_overlap"] for d in diags) <= 1e-3

@@ -19,19 +19,24 @@ configuration, so the feasible set of the step is not reduced and nothing is ove
   other rod gives a row with sep = dist(end, core) - R_i - R_j >= the pair's separation.  Rows identical to the
   pair's SNSD row (whose closest point is already an end point) are dropped.
 
+* ring - wall: a ring lying on a wall touches it along its whole centre circle.  Besides its SNSD wall row (the
+  lowest point of the tube, angle phi* on the centre circle, sub 0) the ring gets rows at phi* + 90, 180 and 270
+  degrees (subs 1-3): sep = n . (c(phi) - w) - r for the centre-circle point c(phi), each >= the ring's wall
+  separation (a necessary condition); a ring tilted away from the wall keeps only the rows within the skin.
+
 Rows are kept only where their separation is within the skin (as for the SNSD rows).  Sub-contact numbers are
 fixed slots so that warm starts match across steps: body pairs: SNSD 0, end -h / +h of i: 1 / 2, end -h / +h
 of j: 3 / 4; rod - wall: cap -h: 0, cap +h: 1.  Rows appended by the recursion take larger numbers.
 """
 import numpy as np
 
-from relcp_mpi.bodies.shapes import SPHEROCYLINDER
+from relcp_mpi.bodies.shapes import RING, SPHEROCYLINDER
 from relcp_mpi.geometry import quaternion
 from relcp_mpi.geometry.contact import ContactGeometry
 from relcp_mpi.geometry.spherocylinder import capsule_capsule
 
 N_PAIR_SLOTS = 5          # sub-contact numbers 0..4 are level-0 slots of a body pair
-N_WALL_SLOTS = 2          # 0..1 for a rod against a wall
+N_WALL_SLOTS = 4          # 0..1 for a rod against a wall, 0..3 for a ring
 
 
 def _axis_half(kind, shape, Q):
@@ -108,6 +113,41 @@ def rod_wall_cap_rows(kind, shape, X, Q, wb, ww, wall_points, wall_normals, skin
     nrm = np.tile(n, (2, 1))
     keep = sep <= skin
     g = ContactGeometry(sep=sep[keep], normal=nrm[keep], p_i=p_i[keep], p_j=p_j[keep],
+                        converged=np.ones(int(keep.sum()), bool))
+    return cand[keep], sub[keep].astype(np.int64), g
+
+
+def ring_wall_rows(kind, shape, X, Q, wb, ww, wall_points, wall_normals, skin):
+    """Extra wall rows of rings (see module docstring): centre-circle points at 90, 180 and 270 degrees from the
+    lowest one.  Arguments as :func:`rod_wall_cap_rows`; returns ``(cand (r,), sub (r,) in 1..3, ContactGeometry)``.
+    """
+    rings = np.flatnonzero(kind[wb] == RING)
+    if len(rings) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), _empty()
+    b = wb[rings]
+    Rm = quaternion.to_matrix(Q[b])
+    z = Rm[:, :, 2]
+    n = wall_normals[ww[rings]]
+    w = wall_points[ww[rings]]
+    Rc, r = shape[b, 0], shape[b, 1]
+    # direction of the lowest centre-circle point in the ring plane (flat ring: body x axis, as the SNSD row)
+    d = -(n - np.einsum("ij,ij->i", n, z)[:, None] * z)
+    nd = np.linalg.norm(d, axis=1)
+    flat = nd <= 32.0 * np.finfo(float).eps
+    e0 = np.where(flat[:, None], Rm[:, :, 0], d / np.where(flat, 1.0, nd)[:, None])
+    e1 = np.cross(z, e0)
+    out = []
+    for slot, e in ((1, e1), (2, -e0), (3, -e1)):
+        p_i = X[b] + Rc[:, None] * e - r[:, None] * n
+        sep = np.einsum("ij,ij->i", n, p_i - w)
+        out.append((slot, sep, p_i, p_i - sep[:, None] * n))
+    cand = np.tile(rings, 3)
+    sub = np.repeat([o[0] for o in out], len(rings))
+    sep = np.concatenate([o[1] for o in out])
+    p_i = np.concatenate([o[2] for o in out])
+    p_j = np.concatenate([o[3] for o in out])
+    keep = sep <= skin
+    g = ContactGeometry(sep=sep[keep], normal=np.tile(n, (3, 1))[keep], p_i=p_i[keep], p_j=p_j[keep],
                         converged=np.ones(int(keep.sum()), bool))
     return cand[keep], sub[keep].astype(np.int64), g
 

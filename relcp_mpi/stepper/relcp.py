@@ -24,7 +24,8 @@ import numpy as np
 
 from relcp_mpi.contact.constraints import ConstraintTable, assemble_D, lookup_keys, match_keys
 from relcp_mpi.bodies.shapes import ELLIPSOID
-from relcp_mpi.contact.line_contacts import N_PAIR_SLOTS, N_WALL_SLOTS, rod_pair_end_rows, rod_wall_cap_rows
+from relcp_mpi.contact.line_contacts import (N_PAIR_SLOTS, N_WALL_SLOTS, ring_wall_rows, rod_pair_end_rows,
+                                             rod_wall_cap_rows)
 from relcp_mpi.contact.neighbors import candidate_pairs, wall_candidates
 from relcp_mpi.geometry.contact import pair_snsd, wall_snsd
 from relcp_mpi.geometry.support import separation_lower_bound
@@ -439,8 +440,9 @@ def _multisphere_level0(inp, prm, X, Q, ia, ib, wb, ww, table):
 
 def _line_contact_level0(inp, prm, X, Q, ia, ib, geo, wb, ww, wgeo, table):
     """Level-0 rows of line contacts (:mod:`relcp_mpi.contact.line_contacts`): end-point rows of rod pairs
-    next to their SNSD rows (already in ``table``), and the wall rows of rods as one row per end cap (the
-    SNSD wall row of a rod is one of its caps); other bodies keep their SNSD wall row."""
+    next to their SNSD rows (already in ``table``), the wall rows of rods as one row per end cap (the SNSD wall
+    row of a rod is one of its caps), and three more centre-circle rows of rings next to their SNSD wall row;
+    other bodies keep their SNSD wall row."""
     pair, sub, g = rod_pair_end_rows(inp.kind, inp.shape, X, Q, ia, ib, geo, prm.skin)
     table.append(**_rows(inp, g, ia[pair], ib[pair], X, sub, np.zeros(len(pair))))
     cand, wsub, wg = rod_wall_cap_rows(inp.kind, inp.shape, X, Q, wb, ww, inp.wall_points, inp.wall_normals,
@@ -449,6 +451,8 @@ def _line_contact_level0(inp, prm, X, Q, ia, ib, geo, wb, ww, wgeo, table):
     other[cand] = False
     table.append(**_rows(inp, _subset(wgeo, other), wb[other], -1 - ww[other], X,
                          np.zeros(int(other.sum()), np.int64), np.zeros(int(other.sum()))))
+    table.append(**_rows(inp, wg, wb[cand], -1 - ww[cand], X, wsub, np.zeros(len(cand))))
+    cand, wsub, wg = ring_wall_rows(inp.kind, inp.shape, X, Q, wb, ww, inp.wall_points, inp.wall_normals, prm.skin)
     table.append(**_rows(inp, wg, wb[cand], -1 - ww[cand], X, wsub, np.zeros(len(cand))))
 
 
