@@ -398,7 +398,7 @@ def _run_events(comm, deck, args):
     from relcp_mpi.events.deck import parse_event_deck, run_event_deck
     held = []
     try:
-        parse_event_deck(deck)          # deterministic: the same verdict on every rank
+        parse_event_deck(deck, source=args.deck)      # deterministic: the same verdict on every rank
         held.extend(lk for lk in [_lock_output(comm, deck)] if lk is not None)
         _refuse_or_clear(comm, deck, args.overwrite, restart_hint=False)
         path = os.path.join(deck["output"]["directory"], f"{deck['name']}_events.h5")

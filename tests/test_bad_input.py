@@ -312,3 +312,59 @@ def test_lock_unit(tmp_path):
     (d / "data.h5").write_text("")
     lk.release()
     assert sorted(os.listdir(d)) == ["data.h5"]
+
+
+# ------------------------------------------------------------------------------------------------
+# engine: event_driven (item 7)
+def _cradle():
+    from tests.helpers import ROOT
+    with open(os.path.join(ROOT, "input_decks", "newton_cradle.yaml")) as fh:
+        return fh.read()
+
+
+EVENT_CASES = {
+    "grid_bits-1e9": (("horizon: 10", "horizon: 10\n  precision: {grid_bits: 1000000000}"),
+                      "event_driven.precision.grid_bits: must be an integer in [1, 4096], got 1000000000"),
+    "round_bits-huge": (("horizon: 10", "horizon: 10\n  precision: {round_bits: 100000}"),
+                        "event_driven.precision.round_bits: must be an integer in [1, 4096], got 100000"),
+    "bound_bits-huge": (("horizon: 10", "horizon: 10\n  precision: {bound_bits: 100000}"),
+                        "event_driven.precision.bound_bits: must be an integer in [16, 4096], got 100000"),
+    "max_refine-huge": (("horizon: 10", "horizon: 10\n  precision: {max_refine: 1000000000}"),
+                        "event_driven.precision.max_refine: must be an integer in [1, 10000]"),
+    "horizon-1e100000": (("horizon: 10", "horizon: 1e100000"), "event_driven.horizon: '1e100000' is out of range"),
+    "horizon-huge-integer": (("horizon: 10", f"horizon: {10 ** 400}"), "event_driven.horizon: "),
+    "horizon-inf": (("horizon: 10", "horizon: .inf"), "event_driven.horizon: expected a finite number"),
+    "eps_time-tiny": (("eps_time: 1/1000000", "eps_time: 1e-1000"), "event_driven.eps_time: '1e-1000' is out of range"),
+    "budget-huge": (("budget: 4", "budget: 1000000000000"), "event_driven.budget: must be an integer in [0, 1000000]"),
+    "overlapping-spheres": (("{position: [11/10]", "{position: [9/10]"),
+                            "event_driven.spheres[0] and event_driven.spheres[1]: the initial spheres overlap "
+                            "(centre distance 0.9 < r_0 + r_1 = 1, by 0.1)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EVENT_CASES))
+def test_bad_event_deck_4_ranks(tmp_path, case):
+    (old, new), problem = EVENT_CASES[case]
+    text = _cradle()
+    assert old in text
+    deck = write_deck(tmp_path / f"{case}.yaml", text.replace(old, new, 1))
+    both, err = run_case(tmp_path, deck)
+    assert deck in err and both.count(problem) == 1, both
+
+
+def test_event_overlap_check_is_exact():
+    """Touching spheres (distance exactly r_i + r_j, irrational-free rationals) are allowed, any overlap
+    however small is reported, and the pair is named."""
+    from fractions import Fraction as F
+    from relcp_mpi.config.deck import DeckError
+    from relcp_mpi.events.deck import parse_event_deck
+    base = {"engine": "event_driven", "event_driven": {
+        "horizon": 1, "eps_time": "1e-6", "eps_guard": "1e-6", "delta": "1/20", "n_evt": 2, "budget": 2,
+        "positions": [[0, 0], ["3/5", "4/5"], [5, 5]], "radii": ["1/2", "1/2", 1]}}
+    kw = parse_event_deck(base)                                   # |(3/5, 4/5)| = 1 = r_0 + r_1: touching
+    assert kw["positions"][1] == [F(3, 5), F(4, 5)]
+    base["event_driven"]["radii"] = ["1/2", str(F(1, 2) + F(1, 10 ** 30)), 1]
+    with pytest.raises(DeckError, match=r"positions\[0\] and event_driven.positions\[1\]: the initial spheres "
+                                        r"overlap") as ei:
+        parse_event_deck(base)
+    assert "positions[2]" not in str(ei.value)
