@@ -350,6 +350,7 @@ def _run_relcp(comm, deck, text, args, restart, held):
     """Set up (restart or fresh), lock the output directory, run; returns the exit status."""
     from relcp_mpi.config.deck import DeckError
     from relcp_mpi.io.checkpoint import CheckpointError
+    from relcp_mpi.io.writeguard import OutputError
     from relcp_mpi.simulation import Simulation, StopRequested
     try:
         if restart is not None:
@@ -384,7 +385,7 @@ def _run_relcp(comm, deck, text, args, restart, held):
                   f"written to {stop.path}; continue with: relcp-mpi run {args.deck} --restart latest"
                   + (f" --output {args.output}" if args.output else ""), flush=True)
         return EXIT_SIGNAL
-    except CheckpointError as exc:       # a failed checkpoint write is raised on every rank alike
+    except (CheckpointError, OutputError) as exc:   # a failed write is raised on every rank alike
         _err(comm, exc)
         return 1
     summary = sim.summary()

@@ -63,6 +63,7 @@ import numpy as np
 from relcp_mpi import __version__
 from relcp_mpi.bodies.store import FIELDS, BodyStore
 from relcp_mpi.io import h5util as hu
+from relcp_mpi.io.writeguard import OutputError, WriteGuard, describe_oserror, inject
 
 FORMAT = "relcp_mpi-checkpoint"
 FORMAT_VERSION = 1
@@ -377,7 +378,10 @@ def write_checkpoint(path, comm, bodies, meta, warm=None, keep=3, _hook=None):
         f = h5py.File(tmp, "w", driver="mpio", comm=comm)
     except Exception as e:  # collective open failed on all ranks
         raise CheckpointError(f"cannot write checkpoint {path}: cannot create {tmp}: {e}") from e
-    try:
+    # every HDF5 call in a guard step: an OSError (full disk, EIO, ...) on one rank is recorded and agreed
+    # on after the close, so all ranks keep making the same collective calls (relcp_mpi.io.writeguard)
+    guard = WriteGuard(comm, f"checkpoint file {tmp}", path=tmp)
+    with guard.step():
         f.attrs["format"] = FORMAT
         f.attrs["format_version"] = FORMAT_VERSION
         f.attrs["code_version"] = __version__
@@ -390,30 +394,46 @@ def write_checkpoint(path, comm, bodies, meta, warm=None, keep=3, _hook=None):
         f.attrs["n_warm"] = nwarm
         gb = f.create_group("bodies")
         gw = f.create_group("warm")
-        for grp, cols, o, ntot in ((gb, fields, off, nbod), (gw, warm_cols, woff, nwarm)):
-            for name in (FIELDS if grp is gb else sorted(cols)):
-                arr = cols[name]
+    for grp_name, cols, o, ntot in (("bodies", fields, off, nbod), ("warm", warm_cols, woff, nwarm)):
+        for name in (FIELDS if grp_name == "bodies" else sorted(cols)):
+            arr = cols[name]
+            with guard.step():
+                grp = gb if grp_name == "bodies" else gw
                 ds = grp.create_dataset(name, shape=(ntot,) + arr.shape[1:], dtype=arr.dtype)
-                ds.attrs["checksum"] = hu.checksum_hex(sums[f"{grp.name.strip('/')}/{name}"][1])
+                ds.attrs["checksum"] = hu.checksum_hex(sums[f"{grp_name}/{name}"][1])
+                if name == "x":
+                    inject("checkpoint", comm.rank)
+            with guard.step():
                 if ntot:
                     hu.write_rows(ds, o, arr, collective=True)
+    with guard.step():
         f.flush()
-        if _hook is not None:
-            _hook("data-written")
-        delay = float(os.environ.get(_DELAY_ENV, "0") or 0)
-        if delay > 0:
-            _time.sleep(delay)
+    if _hook is not None:
+        _hook("data-written")
+    delay = float(os.environ.get(_DELAY_ENV, "0") or 0)
+    if delay > 0:
+        _time.sleep(delay)
+    with guard.step():
         f.attrs["checksum"] = fsum       # written last: a file without it is incomplete
-    finally:
+    with guard.step():
         f.close()
+    try:
+        guard.agree()
+    except OutputError as err:
+        if comm.rank == 0:
+            _remove_quietly(tmp)         # free the space; the previous checkpoints are untouched
+        guard.done()
+        raise CheckpointError(str(err)) from err
 
     # -- 3. whole-file checksum trailer, durable rename, then retention --------------------------
     err = None
     if comm.rank == 0:
         try:
+            inject("checkpoint-trailer", comm.rank)
             _append_trailer(tmp)         # also fsyncs the file
         except Exception as e:  # noqa: BLE001
-            err = e
+            err = describe_oserror(e)
+            _remove_quietly(tmp)
     err = comm.bcast(None if err is None else str(err), root=0)
     if err:
         raise CheckpointError(f"cannot write checkpoint {path}: checksum trailer of {tmp}: {err}")
@@ -430,6 +450,13 @@ def write_checkpoint(path, comm, bodies, meta, warm=None, keep=3, _hook=None):
         _apply_retention(path, int(keep))
     comm.Barrier()
     return path
+
+
+def _remove_quietly(path):
+    try:
+        os.remove(path)
+    except OSError:
+        pass
 
 
 def _prepare_warm(warm):
