@@ -397,6 +397,7 @@ def _run_relcp(comm, deck, text, args, restart, held):
 def _run_events(comm, deck, args):
     from relcp_mpi.config.deck import DeckError
     from relcp_mpi.events.deck import parse_event_deck, run_event_deck
+    from relcp_mpi.io.writeguard import OutputError
     held = []
     try:
         parse_event_deck(deck, source=args.deck)      # deterministic: the same verdict on every rank
@@ -408,6 +409,9 @@ def _run_events(comm, deck, args):
         except DeckError as exc:
             _err(comm, exc)
             return EXIT_BAD_INPUT
+        except OutputError as exc:            # raised on every rank alike
+            _err(comm, exc)
+            return 1
     except (DeckError, InputError) as exc:
         _err(comm, exc)
         return EXIT_BAD_INPUT

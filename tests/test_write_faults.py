@@ -147,20 +147,39 @@ def test_injected_failure_while_restart_appends(reference):
 
 # ------------------------------------------------------------------------------------------------
 # a real full file system
-@pytest.fixture
-def small_fs(tmp_path):
-    d = tmp_path / "fs"
+def _mounted_tmpfs(d, size):
     d.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(d)], capture_output=True,
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(d)], capture_output=True,
                        text=True)
     if r.returncode != 0:
-        pytest.skip(f"cannot mount a 200 KiB tmpfs here (needs root / CAP_SYS_ADMIN): "
+        pytest.skip(f"cannot mount a {size} tmpfs here (needs root / CAP_SYS_ADMIN): "
                     f"{r.stderr.strip() or r.returncode}")
     yield d
     for _ in range(20):
         if subprocess.run(["umount", str(d)], capture_output=True).returncode == 0:
             break
         time.sleep(0.5)
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    yield from _mounted_tmpfs(tmp_path / "fs", "200k")
+
+
+@pytest.fixture
+def tiny_fs(tmp_path):
+    yield from _mounted_tmpfs(tmp_path / "fs", "8k")
+
+
+def test_event_engine_full_filesystem(tiny_fs):
+    """The event-driven engine's result file does not fit: exit 1, one message naming it, on 2 ranks."""
+    from tests.helpers import ROOT
+    deck = os.path.join(ROOT, "input_decks", "newton_cradle.yaml")
+    out = tiny_fs / "out"
+    r, _ = _run(["run", deck, "--output", out], n=2)
+    err = _one_error(r)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"cannot write {out}/newton_cradle_events.h5:" in err, err
 
 
 FULL = {"name": "full", "seed": 1, "time": {"dt": 0.05, "steps": 400},

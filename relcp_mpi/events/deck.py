@@ -31,7 +31,7 @@ reported together in one ``DeckError`` (from :mod:`relcp_mpi.config.deck` when a
 and the bad value.  Instead of ``spheres`` the arrays ``positions``, ``velocities``, ``masses``, ``radii`` may
 be given (``masses``/``radii`` may be scalars applied to every sphere).
 
-Output (:func:`run_event_deck`, HDF5 written serially by rank 0 with ``h5py.File(path, 'w')``):
+Output (:func:`run_event_deck`, HDF5 built in memory by rank 0 and written to ``path`` with plain file I/O, atomically):
 
 * root attributes: ``engine``, ``name``, ``status`` (complete|unresolved), ``reason`` ("" when complete),
   ``message``, ``t_final`` (float) and ``t_final_exact`` (string), ``n_events``, ``error_final`` (+ exact),
@@ -46,6 +46,7 @@ Output (:func:`run_event_deck`, HDF5 written serially by rank 0 with ``h5py.File
 * ``pending/`` (only when an event was certified but not processed, e.g. a pre-impact endpoint event):
   ``pair``, ``bracket``.
 """
+import os
 from fractions import Fraction
 
 import numpy as np
@@ -308,69 +309,95 @@ def _f(x):
 
 
 def _write_h5(path, res, name):
+    """Build the result file in memory (HDF5 core driver) and write its bytes with plain file I/O to
+    ``path + '.tmp'``, fsync, rename: a full disk or an I/O error is then an ordinary OSError (HDF5's own
+    disk writes can crash the process on ENOSPC) and never leaves a half-written ``path``."""
+    import h5py
+    f = h5py.File(f"{name}-result-in-memory.h5", "w", driver="core", backing_store=False)
+    try:
+        _fill_h5(f, res, name)
+        f.flush()
+        image = f.id.get_file_image()
+    finally:
+        f.close()
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(image)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _fill_h5(f, res, name):
     import h5py
     P, d = res.params["P"], res.params["d"]
     sdt = h5py.string_dtype()
-    with h5py.File(path, "w") as f:
-        f.attrs["engine"] = "event_driven"
-        f.attrs["name"] = name
-        f.attrs["status"] = res.status
-        f.attrs["reason"] = res.reason or ""
-        f.attrs["message"] = res.message
-        f.attrs["t_final"] = float(res.t_final)
-        f.attrs["t_final_exact"] = fstr(res.t_final)
-        f.attrs["n_events"] = len(res.events)
-        f.attrs["error_final"] = float(res.error_final)
-        f.attrs["error_final_exact"] = fstr(res.error_final)
-        for k in ("endpoint_policy", "P", "d", "n_evt", "budget"):
-            f.attrs[k] = res.params[k]
-        for k in ("T", "eps_time", "eps_guard", "delta"):
-            f.attrs["horizon" if k == "T" else k] = float(res.params[k])
-            f.attrs[("horizon" if k == "T" else k) + "_exact"] = fstr(res.params[k])
-        ev = res.events
-        n = len(ev)
-        g = f.create_group("events")
-        g.create_dataset("pair", data=np.array([e.pair for e in ev], dtype=np.int64).reshape(n, 2))
-        g.create_dataset("bracket", data=np.array([[float(e.a), float(e.b)] for e in ev]).reshape(n, 2))
-        g.create_dataset("bracket_exact", data=np.array([[fstr(e.a), fstr(e.b)] for e in ev], dtype=object)
-                         .reshape(n, 2), dtype=sdt)
-        g.create_dataset("root_reported", data=np.array([float(e.root_reported) for e in ev]))
-        g.create_dataset("root_reported_exact", data=np.array([fstr(e.root_reported) for e in ev], dtype=object),
-                         dtype=sdt)
-        g.create_dataset("exact_root", data=np.array([e.exact for e in ev], dtype=bool))
-        for k in ("nu", "eps_obs", "lag", "eta_ref", "L_R", "M_minus", "M_plus", "eps_R", "E_before", "E_after"):
-            g.create_dataset(k, data=np.array([float(getattr(e, k)) for e in ev]))
-        g.create_dataset("impulse", data=np.array([[float(x) for x in e.impulse] for e in ev]).reshape(n, d))
-        g.create_dataset("v_minus", data=np.array([[[float(x) for x in vv] for vv in e.v_minus] for e in ev])
-                         .reshape(n, 2, d))
-        g.create_dataset("v_plus", data=np.array([[[float(x) for x in vv] for vv in e.v_plus] for e in ev])
-                         .reshape(n, 2, d))
-        gl = f.create_group("ledger")
-        gl.create_dataset("E", data=np.array([float(x) for x in res.ledger]))
-        gl.create_dataset("E_exact", data=np.array([fstr(x) for x in res.ledger], dtype=object), dtype=sdt)
-        gs = f.create_group("segments")
-        k = len(res.segments)
-        gs.create_dataset("t0", data=np.array([float(s.t0) for s in res.segments]))
-        gs.create_dataset("positions", data=np.array([[[float(x) for x in r] for r in s.q] for s in res.segments])
-                          .reshape(k, P, d))
-        gs.create_dataset("velocities", data=np.array([[[float(x) for x in r] for r in s.v] for s in res.segments])
-                          .reshape(k, P, d))
-        gf = f.create_group("final")
-        gf.create_dataset("positions", data=np.array([[float(x) for x in r] for r in res.q_final]).reshape(P, d))
-        gf.create_dataset("velocities", data=np.array([[float(x) for x in r] for r in res.v_final]).reshape(P, d))
-        gf.create_dataset("positions_exact", data=np.array([[fstr(x) for x in r] for r in res.q_final],
-                                                           dtype=object).reshape(P, d), dtype=sdt)
-        gf.create_dataset("velocities_exact", data=np.array([[fstr(x) for x in r] for r in res.v_final],
-                                                            dtype=object).reshape(P, d), dtype=sdt)
-        if res.pending is not None:
-            gp = f.create_group("pending")
-            gp.create_dataset("pair", data=np.array(res.pending.pair, dtype=np.int64))
-            gp.create_dataset("bracket", data=np.array([float(res.pending.a), float(res.pending.b)]))
+    f.attrs["engine"] = "event_driven"
+    f.attrs["name"] = name
+    f.attrs["status"] = res.status
+    f.attrs["reason"] = res.reason or ""
+    f.attrs["message"] = res.message
+    f.attrs["t_final"] = float(res.t_final)
+    f.attrs["t_final_exact"] = fstr(res.t_final)
+    f.attrs["n_events"] = len(res.events)
+    f.attrs["error_final"] = float(res.error_final)
+    f.attrs["error_final_exact"] = fstr(res.error_final)
+    for k in ("endpoint_policy", "P", "d", "n_evt", "budget"):
+        f.attrs[k] = res.params[k]
+    for k in ("T", "eps_time", "eps_guard", "delta"):
+        f.attrs["horizon" if k == "T" else k] = float(res.params[k])
+        f.attrs[("horizon" if k == "T" else k) + "_exact"] = fstr(res.params[k])
+    ev = res.events
+    n = len(ev)
+    g = f.create_group("events")
+    g.create_dataset("pair", data=np.array([e.pair for e in ev], dtype=np.int64).reshape(n, 2))
+    g.create_dataset("bracket", data=np.array([[float(e.a), float(e.b)] for e in ev]).reshape(n, 2))
+    g.create_dataset("bracket_exact", data=np.array([[fstr(e.a), fstr(e.b)] for e in ev], dtype=object)
+                     .reshape(n, 2), dtype=sdt)
+    g.create_dataset("root_reported", data=np.array([float(e.root_reported) for e in ev]))
+    g.create_dataset("root_reported_exact", data=np.array([fstr(e.root_reported) for e in ev], dtype=object),
+                     dtype=sdt)
+    g.create_dataset("exact_root", data=np.array([e.exact for e in ev], dtype=bool))
+    for k in ("nu", "eps_obs", "lag", "eta_ref", "L_R", "M_minus", "M_plus", "eps_R", "E_before", "E_after"):
+        g.create_dataset(k, data=np.array([float(getattr(e, k)) for e in ev]))
+    g.create_dataset("impulse", data=np.array([[float(x) for x in e.impulse] for e in ev]).reshape(n, d))
+    g.create_dataset("v_minus", data=np.array([[[float(x) for x in vv] for vv in e.v_minus] for e in ev])
+                     .reshape(n, 2, d))
+    g.create_dataset("v_plus", data=np.array([[[float(x) for x in vv] for vv in e.v_plus] for e in ev])
+                     .reshape(n, 2, d))
+    gl = f.create_group("ledger")
+    gl.create_dataset("E", data=np.array([float(x) for x in res.ledger]))
+    gl.create_dataset("E_exact", data=np.array([fstr(x) for x in res.ledger], dtype=object), dtype=sdt)
+    gs = f.create_group("segments")
+    k = len(res.segments)
+    gs.create_dataset("t0", data=np.array([float(s.t0) for s in res.segments]))
+    gs.create_dataset("positions", data=np.array([[[float(x) for x in r] for r in s.q] for s in res.segments])
+                      .reshape(k, P, d))
+    gs.create_dataset("velocities", data=np.array([[[float(x) for x in r] for r in s.v] for s in res.segments])
+                      .reshape(k, P, d))
+    gf = f.create_group("final")
+    gf.create_dataset("positions", data=np.array([[float(x) for x in r] for r in res.q_final]).reshape(P, d))
+    gf.create_dataset("velocities", data=np.array([[float(x) for x in r] for r in res.v_final]).reshape(P, d))
+    gf.create_dataset("positions_exact", data=np.array([[fstr(x) for x in r] for r in res.q_final],
+                                                       dtype=object).reshape(P, d), dtype=sdt)
+    gf.create_dataset("velocities_exact", data=np.array([[fstr(x) for x in r] for r in res.v_final],
+                                                        dtype=object).reshape(P, d), dtype=sdt)
+    if res.pending is not None:
+        gp = f.create_group("pending")
+        gp.create_dataset("pair", data=np.array(res.pending.pair, dtype=np.int64))
+        gp.create_dataset("bracket", data=np.array([float(res.pending.a), float(res.pending.b)]))
 
 
 def run_event_deck(deck, output_path, comm=None):
     """Validate and run an ``engine: event_driven`` deck, write the result to ``output_path`` (HDF5, rank 0
-    only, serial ``h5py.File(path, 'w')``) and return the :class:`~relcp_mpi.events.simulator.EventResult`
+    only, atomically; a write failure raises OutputError on every rank) and return the :class:`~relcp_mpi.events.simulator.EventResult`
     (identical on every rank).  ``comm``: optional mpi4py communicator splitting the pair inspection."""
     kw = parse_event_deck(deck)
     name = kw.pop("name")
@@ -379,12 +406,14 @@ def run_event_deck(deck, output_path, comm=None):
     rank = comm.Get_rank() if comm is not None else 0
     err = None
     if rank == 0 and output_path is not None:
+        from relcp_mpi.io.writeguard import describe_oserror
         try:
             _write_h5(output_path, res, name)
         except Exception as exc:  # report on every rank, never hang
-            err = f"{type(exc).__name__}: {exc}"
+            err = describe_oserror(exc)
     if comm is not None and comm.Get_size() > 1:
         err = comm.bcast(err, root=0)
     if err is not None:
-        raise RuntimeError(f"writing {output_path} failed: {err}")
+        from relcp_mpi.io.writeguard import OutputError     # a RuntimeError: exit 1, one message
+        raise OutputError(f"cannot write {output_path}: {err}")
     return res
