@@ -397,8 +397,8 @@ def _fill_h5(f, res, name):
 
 def run_event_deck(deck, output_path, comm=None):
     """Validate and run an ``engine: event_driven`` deck, write the result to ``output_path`` (HDF5, rank 0
-    only, atomically; a write failure raises OutputError on every rank) and return the :class:`~relcp_mpi.events.simulator.EventResult`
-    (identical on every rank).  ``comm``: optional mpi4py communicator splitting the pair inspection."""
+    only, atomically; a write failure raises OutputError on every rank) and return the
+    :class:`~relcp_mpi.events.simulator.EventResult` (identical on every rank).  ``comm``: optional mpi4py communicator splitting the pair inspection."""
     kw = parse_event_deck(deck)
     name = kw.pop("name")
     res = simulate(kw.pop("positions"), kw.pop("velocities"), kw.pop("masses"), kw.pop("radii"),
