@@ -16,7 +16,7 @@ import pytest
 from mpi4py import MPI
 
 from relcp_mpi.io.checkpoint import TRAILER_LEN, TRAILER_MAGIC
-from tests.helpers import UNDER_LAUNCHER, clean_env, mpirun_path, snapshot, write_deck
+from tests.helpers import UNDER_LAUNCHER, checkpoint_state, clean_env, mpirun_path, snapshot, write_deck
 
 pytestmark = pytest.mark.skipif(MPI.COMM_WORLD.size > 1 or UNDER_LAUNCHER,
                                 reason="serial test (launches mpirun itself); run without mpirun")
@@ -47,12 +47,6 @@ def _mpirun(args, n=2):
         pytest.fail(f"hang (> {TIMEOUT} s): {args}: {e.stdout!r} {e.stderr!r}")
 
 
-def _final_state(path):
-    import h5py
-    with h5py.File(path, "r") as f:
-        return {k: f["bodies/" + k][()] for k in ("gid", "x", "q")}
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """An uninterrupted 3-step run on 2 ranks with checkpoints after every step."""
@@ -61,7 +55,7 @@ def reference(tmp_path_factory):
     deck = write_deck(tmp / "dmg.yaml", dict(DECK, output=dict(DECK["output"], directory=str(out))))
     r = _mpirun(["run", deck])
     assert r.returncode == 0, r.stdout + r.stderr
-    return tmp, deck, out, _final_state(out / "dmg_ckpt_000000003.h5")
+    return tmp, deck, out, checkpoint_state(out / "dmg_ckpt_000000003.h5")
 
 
 def _restart_from(tmp, deck, ref_out, name, data):
@@ -86,7 +80,7 @@ def _assert_exit2_or_identical(r, case, before, ref_state, what):
         assert len(errs) == 1 and "dmg_ckpt_000000001.h5" in errs[0], (what, both)
         assert snapshot(str(case)) == before, what                    # nothing written or changed
         return "refused"
-    got = _final_state(case / "dmg_ckpt_000000003.h5")
+    got = checkpoint_state(case / "dmg_ckpt_000000003.h5")
     for k in ref_state:
         assert np.array_equal(got[k], ref_state[k]), (what, k)         # bitwise the uninterrupted run
     return "identical"

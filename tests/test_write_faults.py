@@ -19,7 +19,7 @@ from mpi4py import MPI
 
 from relcp_mpi.io.checkpoint import verify_checkpoint
 from relcp_mpi.io.trajectory import list_frames, read_frame
-from tests.helpers import UNDER_LAUNCHER, clean_env, mpirun_path, write_deck
+from tests.helpers import UNDER_LAUNCHER, checkpoint_state, clean_env, mpirun_path, write_deck
 
 pytestmark = pytest.mark.skipif(MPI.COMM_WORLD.size > 1 or UNDER_LAUNCHER,
                                 reason="serial test (launches mpirun itself); run without mpirun")
@@ -61,12 +61,6 @@ def _one_error(r):
     return errs[0]
 
 
-def _bodies(path):
-    import h5py
-    with h5py.File(path, "r") as f:
-        return {k: f["bodies/" + k][()] for k in ("gid", "x", "q")}
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """The uninterrupted 6-step run on NP ranks (frames 0..6, checkpoints 2, 4, 6) and its start-up time."""
@@ -75,7 +69,7 @@ def reference(tmp_path_factory):
     deck = write_deck(tmp / "wf.yaml", dict(DECK, output=dict(DECK["output"], directory=str(out))))
     r, secs = _run(["run", deck])
     assert r.returncode == 0, r.stdout + r.stderr
-    return tmp, deck, out, _bodies(out / "wf_ckpt_000000006.h5"), secs
+    return tmp, deck, out, checkpoint_state(out / "wf_ckpt_000000006.h5"), secs
 
 
 # (point, rank, errno, skip) -> what must be in the message; checkpoints expected intact afterwards
@@ -122,7 +116,7 @@ def test_injected_write_failure_on_one_rank(reference, case):
     r, _ = _run(["run", deck, "--output", out, "--restart", "latest"])
     assert r.returncode == 0, r.stdout + r.stderr
     assert ("removed the stale lock" in r.stdout) == (case == "frame-flush")
-    got = _bodies(out / "wf_ckpt_000000006.h5")
+    got = checkpoint_state(out / "wf_ckpt_000000006.h5")
     for k in ref_final:
         assert np.array_equal(got[k], ref_final[k]), k
     assert [s for _, s, _, _ in list_frames(str(out / "wf.h5"))] == list(range(7))

@@ -63,7 +63,7 @@ import numpy as np
 from relcp_mpi import __version__
 from relcp_mpi.bodies.store import FIELDS, BodyStore
 from relcp_mpi.io import h5util as hu
-from relcp_mpi.io.writeguard import OutputError, WriteGuard, describe_oserror, inject
+from relcp_mpi.io.writeguard import OutputError, WriteGuard, describe_oserror, guarded_dataset, inject
 
 FORMAT = "relcp_mpi-checkpoint"
 FORMAT_VERSION = 1
@@ -397,15 +397,9 @@ def write_checkpoint(path, comm, bodies, meta, warm=None, keep=3, _hook=None):
     for grp_name, cols, o, ntot in (("bodies", fields, off, nbod), ("warm", warm_cols, woff, nwarm)):
         for name in (FIELDS if grp_name == "bodies" else sorted(cols)):
             arr = cols[name]
-            with guard.step():
-                grp = gb if grp_name == "bodies" else gw
-                ds = grp.create_dataset(name, shape=(ntot,) + arr.shape[1:], dtype=arr.dtype)
-                ds.attrs["checksum"] = hu.checksum_hex(sums[f"{grp_name}/{name}"][1])
-                if name == "x":
-                    inject("checkpoint", comm.rank)
-            with guard.step():
-                if ntot:
-                    hu.write_rows(ds, o, arr, collective=True)
+            guarded_dataset(guard, gb if grp_name == "bodies" else gw, name, arr, ntot, o,
+                            attrs={"checksum": hu.checksum_hex(sums[f"{grp_name}/{name}"][1])},
+                            inject_point="checkpoint" if name == "x" else None)
     with guard.step():
         f.flush()
     if _hook is not None:

@@ -50,7 +50,7 @@ import numpy as np
 from relcp_mpi import __version__
 from relcp_mpi.io import h5util as hu
 from relcp_mpi.io import xdmf as _xdmf
-from relcp_mpi.io.writeguard import OutputError, WriteGuard, close_after_failure, inject
+from relcp_mpi.io.writeguard import OutputError, WriteGuard, close_after_failure, guarded_dataset, inject
 
 FORMAT = "relcp_mpi-trajectory"
 FORMAT_VERSION = 1
@@ -254,13 +254,8 @@ class TrajectoryWriter:
         for name in ("gid", "kind", "shape", "x", "q", "u"):
             a = np.ascontiguousarray(cols[name], dtype=_FRAME_DTYPES[name]) if name != "kind" else \
                 np.ascontiguousarray(np.rint(cols[name]), dtype=np.int32)
-            with guard.step():
-                ds = g.create_dataset(name, shape=(total,) + a.shape[1:], dtype=_FRAME_DTYPES[name])
-                if name == "x":
-                    inject("frame", comm.rank)
-            with guard.step():
-                if total:
-                    hu.write_rows(ds, off, a, collective=True)
+            guarded_dataset(guard, g, name, a, total, off, dtype=_FRAME_DTYPES[name],
+                            inject_point="frame" if name == "x" else None)
         with guard.step():
             for k, v in diagnostics.items():
                 g.attrs[k] = v

@@ -6,7 +6,8 @@ others succeed.  If that rank simply raised, the others would wait forever in th
 :class:`WriteGuard` wraps one collective output phase (a trajectory frame, a checkpoint file, ...):
 
 * every operation of the phase runs inside ``guard.step(what)``; an exception there (h5py reports I/O
-  errors as OSError or RuntimeError) is recorded (the first one per rank) instead of raised, so the rank keeps making the same sequence of calls as the others;
+  errors as OSError or RuntimeError) is recorded (the first one per rank) instead of raised, so the rank
+  keeps making the same sequence of calls as the others;
 * :meth:`WriteGuard.agree` (every rank, end of the phase: one allreduce through
   :func:`relcp_mpi.parallel.errors.check_collective`) raises :class:`OutputError` on EVERY rank, with the
   same message, when any rank recorded a failure;
@@ -17,13 +18,13 @@ others succeed.  If that rank simply raised, the others would wait forever in th
   :func:`close_after_failure` closes a file under the same watchdog.
 
 Test hook (fault injection): ``RELCP_TEST_WRITE_FAILURE="<point>:<rank>:<ERRNO NAME>[:<skip>]"`` makes
-:func:`inject` raise ``OSError(errno)`` once, the ``skip + 1``-th time the named point is reached on that rank (points: ``frame``,
-``frame-flush``, ``xdmf``, ``append``, ``checkpoint``, ``checkpoint-trailer``).
+:func:`inject` raise ``OSError(errno)`` once, the ``skip + 1``-th time the named point is reached on that
+rank (points: ``frame``, ``frame-flush``, ``xdmf``, ``append``, ``checkpoint``, ``checkpoint-trailer``).
 """
 import errno as _errno
 import os
-import sys
 import re
+import sys
 import threading
 
 from relcp_mpi.parallel.errors import CollectiveError, check_collective
@@ -108,10 +109,12 @@ class _Watchdog:
             sys.stderr.write(f"relcp-mpi: error: {message} (rank {comm.rank}; other ranks did not respond "
                              f"within {timeout:g} s, aborting the job)\n")
             sys.stderr.flush()
-        try:
-            comm.Abort(1)
-        finally:
-            os._exit(1)
+        # MPI_Abort from this thread while the main thread is inside MPI normally ends the job; should it
+        # block, exiting this process makes the launcher end the job (mpirun does; srun with
+        # --kill-on-bad-exit)
+        threading.Thread(target=comm.Abort, args=(1,), daemon=True).start()
+        threading.Event().wait(3.0)
+        os._exit(1)
 
     def cancel(self):
         self._done.set()
@@ -200,3 +203,22 @@ def close_after_failure(comm, close, message):
     finally:
         dog.cancel()
 
+
+
+def guarded_dataset(guard, group, name, arr, total, offset, dtype=None, attrs=None, inject_point=None):
+    """Create ``group[name]`` with ``total`` rows (trailing shape and dtype of ``arr``, or ``dtype``) and
+    write this rank's rows ``arr`` at ``offset`` collectively, each in a guard step (an I/O error is
+    recorded, the collective write is still attempted).  ``attrs``: dataset attributes.  Returns the dataset
+    (None on a rank whose creation failed)."""
+    from relcp_mpi.io import h5util as hu
+    ds = None
+    with guard.step():
+        ds = group.create_dataset(name, shape=(total,) + arr.shape[1:], dtype=dtype or arr.dtype)
+        for k, v in (attrs or {}).items():
+            ds.attrs[k] = v
+        if inject_point:
+            inject(inject_point, guard.comm.rank)
+    with guard.step():
+        if total:
+            hu.write_rows(ds, offset, arr, collective=True)
+    return ds
