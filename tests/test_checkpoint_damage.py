@@ -6,7 +6,6 @@ or continue identically to the uninterrupted run -- never a crash, a hang or a r
 Serial (launches mpirun itself):
     .venv/bin/python -m pytest tests/test_checkpoint_damage.py -q
 """
-import os
 import shutil
 import subprocess
 import sys
