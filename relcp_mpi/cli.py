@@ -38,8 +38,26 @@ class InputError(Exception):
     """Bad command-line input detected by the CLI itself (reported like a deck error, exit 2)."""
 
 
+def _env_rank():
+    """This process's rank from the launcher's environment (Open MPI, MPICH/PMI, PMIx, SLURM), without
+    initialising MPI; 0 when not launched by an MPI launcher."""
+    for k in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"):
+        v = os.environ.get(k)
+        if v is not None and v.strip().isdigit():
+            return int(v)
+    return 0
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that prints its usage / error message on rank 0 only (every rank still exits with 2)."""
+
+    def _print_message(self, message, file=None):
+        if _env_rank() == 0:
+            super()._print_message(message, file)
+
+
 def _parser():
-    p = argparse.ArgumentParser(prog="relcp-mpi", description="ReLCP smooth rigid-body contact simulations (MPI)")
+    p = _Parser(prog="relcp-mpi", description="ReLCP smooth rigid-body contact simulations (MPI)")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run a deck")
     r.add_argument("deck")
@@ -121,6 +139,7 @@ def _validate(args):
     if deck["engine"] == "relcp":
         from relcp_mpi.simulation import Simulation
         try:
+            check_build_memory(MPI.COMM_SELF, deck, args.deck)
             sim = Simulation(deck, "", MPI.COMM_SELF)
             sim.check_initial_overlap()
         except DeckError as exc:
@@ -231,6 +250,66 @@ def existing_outputs(deck):
     return sorted(found)
 
 
+def _memory_per_rank(comm):
+    """(bytes of memory one rank may use, how that was found): physical memory of the node divided by the
+    ranks sharing it, or the address-space limit (``ulimit -v``) if lower.  Collective."""
+    from mpi4py import MPI
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    nlocal = local.size
+    local.Free()
+    try:
+        phys = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        phys = None
+    limit, how = None, ""
+    if phys:
+        limit, how = phys // nlocal, f"{phys / 2 ** 30:.1f} GiB of memory / {nlocal} rank(s) on this node"
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft != resource.RLIM_INFINITY and (limit is None or soft < limit):
+            limit, how = soft, f"address-space limit (ulimit -v) {soft / 2 ** 30:.1f} GiB"
+    except (ImportError, ValueError, OSError):
+        pass
+    return limit, how
+
+
+def check_build_memory(comm, deck, source):
+    """Refuse (DeckError, same on every rank) a deck whose initial bodies cannot be built in the memory of
+    one rank: every rank builds all of them.  Collective."""
+    from relcp_mpi.bodies.builder import BUILD_BYTES_PER_BODY, build_memory_estimate, initial_body_count
+    from relcp_mpi.config.deck import DeckError
+    need = build_memory_estimate(deck)
+    limit, how = _memory_per_rank(comm)
+    msg = None
+    if comm.rank == 0 and limit is not None and need > limit:
+        msg = (f"generate: {initial_body_count(deck)} initial bodies need an estimated {need / 2 ** 30:.1f} GiB "
+               f"per rank ({BUILD_BYTES_PER_BODY} bytes per body; every rank builds all initial bodies), more "
+               f"than the {limit / 2 ** 30:.1f} GiB available per rank ({how}); lower the generator counts")
+    msg = comm.bcast(msg, root=0)
+    if msg:
+        raise DeckError([msg], source=source)
+
+
+def _lock_output(comm, deck):
+    """Create the output directory and take the run lock on rank 0 (collective).  Returns the RunLock on
+    rank 0, None elsewhere; raises InputError (same on every rank) naming the path and the OS error, or the
+    run already holding the lock."""
+    from relcp_mpi.io.rundir import RunDirError, acquire_run_lock
+    lock, msg = None, None
+    if comm.rank == 0:
+        try:
+            lock = acquire_run_lock(deck["output"]["directory"], deck["name"])
+            if lock.note:
+                print(f"relcp-mpi: {lock.note}", flush=True)
+        except RunDirError as exc:
+            msg = str(exc)
+    msg = comm.bcast(msg, root=0)
+    if msg:
+        raise InputError(msg)
+    return lock
+
+
 def _refuse_or_clear(comm, deck, overwrite, restart_hint=True):
     """Fresh run: refuse (InputError, same on every rank) if earlier output exists and not ``overwrite``;
     with ``overwrite`` rank 0 deletes it.  Collective."""
@@ -262,12 +341,12 @@ def _run(args):
     from relcp_mpi.parallel.errors import install_excepthook
     install_excepthook(comm)
     from relcp_mpi.config.deck import DeckError, load
-    from relcp_mpi.io.checkpoint import CheckpointError
     try:
         deck, text = load(args.deck)
         if args.steps is not None:
-            if args.steps < 0:
-                raise DeckError([f"--steps: must be >= 0, got {args.steps}"], source=args.deck)
+            from relcp_mpi.config.deck import MAX_STEPS
+            if not 0 <= args.steps <= MAX_STEPS:
+                raise DeckError([f"--steps: must be in [0, {MAX_STEPS}], got {args.steps}"], source=args.deck)
             deck["time"]["steps"], deck["time"]["t_end"] = args.steps, None
         if args.output:
             deck["output"]["directory"] = args.output
@@ -288,15 +367,37 @@ def _run(args):
     if deck["engine"] == "event_driven":
         return _run_events(comm, deck, args)
 
-    from relcp_mpi.simulation import Simulation, StopRequested, install_signal_handlers
+    from relcp_mpi.simulation import install_signal_handlers
     # install before any heavy set-up: a signal from now on is acted upon at the end of the next step
     install_signal_handlers()
+    held = []                     # the run lock, once taken (rank 0): released however the run ends
+    try:
+        return _run_relcp(comm, deck, text, args, restart, held)
+    finally:
+        _release(held)
+
+
+def _release(held):
+    for lock in held:
+        lock.release()
+    held.clear()
+
+
+def _run_relcp(comm, deck, text, args, restart, held):
+    """Set up (restart or fresh), lock the output directory, run; returns the exit status."""
+    from relcp_mpi.config.deck import DeckError
+    from relcp_mpi.io.checkpoint import CheckpointError
+    from relcp_mpi.io.writeguard import OutputError
+    from relcp_mpi.simulation import Simulation, StopRequested
     try:
         if restart is not None:
+            held.extend(lk for lk in [_lock_output(comm, deck)] if lk is not None)
             sim = Simulation.from_checkpoint(restart, deck, text, comm)
         else:
+            check_build_memory(comm, deck, args.deck)
             sim = Simulation(deck, text, comm)
             sim.check_initial_overlap()
+            held.extend(lk for lk in [_lock_output(comm, deck)] if lk is not None)
             _refuse_or_clear(comm, deck, args.overwrite)
     except DeckError as exc:
         _err(comm, _named(exc, args.deck))
@@ -321,7 +422,7 @@ def _run(args):
                   f"written to {stop.path}; continue with: relcp-mpi run {args.deck} --restart latest"
                   + (f" --output {args.output}" if args.output else ""), flush=True)
         return EXIT_SIGNAL
-    except CheckpointError as exc:       # a failed checkpoint write is raised on every rank alike
+    except (CheckpointError, OutputError) as exc:   # a failed write is raised on every rank alike
         _err(comm, exc)
         return 1
     summary = sim.summary()
@@ -333,21 +434,26 @@ def _run(args):
 def _run_events(comm, deck, args):
     from relcp_mpi.config.deck import DeckError
     from relcp_mpi.events.deck import parse_event_deck, run_event_deck
+    from relcp_mpi.io.writeguard import OutputError
+    held = []
     try:
-        parse_event_deck(deck)          # deterministic: the same verdict on every rank
+        parse_event_deck(deck, source=args.deck)      # deterministic: the same verdict on every rank
+        held.extend(lk for lk in [_lock_output(comm, deck)] if lk is not None)
         _refuse_or_clear(comm, deck, args.overwrite, restart_hint=False)
+        path = os.path.join(deck["output"]["directory"], f"{deck['name']}_events.h5")
+        try:
+            result = run_event_deck(deck, path, comm)
+        except DeckError as exc:
+            _err(comm, exc)
+            return EXIT_BAD_INPUT
+        except OutputError as exc:            # raised on every rank alike
+            _err(comm, exc)
+            return 1
     except (DeckError, InputError) as exc:
         _err(comm, exc)
         return EXIT_BAD_INPUT
-    if comm.rank == 0:
-        os.makedirs(deck["output"]["directory"], exist_ok=True)
-    comm.Barrier()
-    path = os.path.join(deck["output"]["directory"], f"{deck['name']}_events.h5")
-    try:
-        result = run_event_deck(deck, path, comm)
-    except DeckError as exc:
-        _err(comm, exc)
-        return EXIT_BAD_INPUT
+    finally:
+        _release(held)
     if comm.rank == 0:
         print(f"event-driven run '{deck['name']}': {getattr(result, 'status', result)}; written to {path}")
     return EXIT_OK

@@ -129,3 +129,10 @@ def snapshot(directory):
             with open(p, "rb") as fh:
                 out[os.path.relpath(p, directory)] = (fh.read(), os.stat(p).st_mtime_ns)
     return out
+
+
+def checkpoint_state(path, fields=("gid", "x", "q")):
+    """{field: array} of the bodies stored in a checkpoint file (serial h5py read)."""
+    import h5py
+    with h5py.File(path, "r") as f:
+        return {k: f["bodies/" + k][()] for k in fields}

@@ -103,6 +103,8 @@ def frames_in_file(h5file):
     if "frames" not in h5file:
         return out
     for name, g in h5file["frames"].items():
+        if "step" not in g.attrs or "time" not in g.attrs or "gid" not in g:
+            continue                # incomplete: a write failed while this frame was written
         out.append((g.name, int(g.attrs["step"]), float(g.attrs["time"]), int(g["gid"].shape[0])))
     out.sort(key=lambda r: r[1])
     return out
