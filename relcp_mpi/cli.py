@@ -8,6 +8,9 @@ Sub-commands::
                                       print the normalised version
     relcp-mpi info FILE.h5            describe a checkpoint or trajectory file
     relcp-mpi convert CKPT.h5 OUT.h5  write a checkpoint as a one-frame trajectory (+ XDMF) for ParaView
+    relcp-mpi lcpcheck DUMP.npz [--bodies G,G..] [--hops H] [--top K] [--all]
+                                      search an infeasibility certificate in a dumped LCP (deck option
+                                      debug.dump_lcp); exit 0 "infeasible, rows: ...", 4 "no certificate found"
 
 ``run``: a fresh run refuses to start when its output directory already holds a trajectory or checkpoints
 of the deck's name (``--overwrite`` deletes them once the deck has been checked; ``--restart`` continues
@@ -35,8 +38,26 @@ class InputError(Exception):
     """Bad command-line input detected by the CLI itself (reported like a deck error, exit 2)."""
 
 
+def _env_rank():
+    """This process's rank from the launcher's environment (Open MPI, MPICH/PMI, PMIx, SLURM), without
+    initialising MPI; 0 when not launched by an MPI launcher."""
+    for k in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"):
+        v = os.environ.get(k)
+        if v is not None and v.strip().isdigit():
+            return int(v)
+    return 0
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that prints its usage / error message on rank 0 only (every rank still exits with 2)."""
+
+    def _print_message(self, message, file=None):
+        if _env_rank() == 0:
+            super()._print_message(message, file)
+
+
 def _parser():
-    p = argparse.ArgumentParser(prog="relcp-mpi", description="ReLCP smooth rigid-body contact simulations (MPI)")
+    p = _Parser(prog="relcp-mpi", description="ReLCP smooth rigid-body contact simulations (MPI)")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run a deck")
     r.add_argument("deck")
@@ -57,6 +78,13 @@ def _parser():
     c.add_argument("checkpoint")
     c.add_argument("output")
     c.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
+    k = sub.add_parser("lcpcheck", help="search an infeasibility certificate in a dumped LCP (serial)")
+    k.add_argument("dump")
+    k.add_argument("--bodies", help="comma-separated gids whose neighbourhood is searched (default: the bodies of "
+                                    "the largest multipliers, or the whole LCP when it is small)")
+    k.add_argument("--hops", type=int, default=1, help="rings of neighbours added to the bodies (default 1)")
+    k.add_argument("--top", type=int, default=10, help="number of largest multipliers seeding the search")
+    k.add_argument("--all", action="store_true", help="search the whole LCP")
     return p
 
 
@@ -91,6 +119,8 @@ def main(argv=None):
         return _info(args)
     if args.command == "convert":
         return _convert(args)
+    if args.command == "lcpcheck":
+        return _lcpcheck(args)
     return _run(args)
 
 
@@ -109,6 +139,7 @@ def _validate(args):
     if deck["engine"] == "relcp":
         from relcp_mpi.simulation import Simulation
         try:
+            check_build_memory(MPI.COMM_SELF, deck, args.deck)
             sim = Simulation(deck, "", MPI.COMM_SELF)
             sim.check_initial_overlap()
         except DeckError as exc:
@@ -120,6 +151,31 @@ def _validate(args):
         sys.stdout.write(yaml.safe_dump(deck, sort_keys=False) + note)
         sys.stdout.flush()
     return EXIT_OK
+
+
+EXIT_NO_CERTIFICATE = 4
+
+
+def _lcpcheck(args):
+    """Serial certificate search on a dump (rank 0 prints; other ranks, if any, do nothing)."""
+    if _rank() != 0:
+        return EXIT_OK
+    from relcp_mpi.contact.lcp_dump import load_lcp
+    from relcp_mpi.solver.certificate import check_dump, describe
+    try:
+        data = load_lcp(args.dump)
+        bodies = [int(b) for b in args.bodies.split(",")] if args.bodies else None
+    except (OSError, ValueError, KeyError) as exc:
+        _err(None, f"cannot read LCP dump {args.dump}: {exc}")
+        return EXIT_BAD_INPUT
+    res = check_dump(data, bodies=bodies, hops=args.hops, top=args.top, whole=True if args.all else None)
+    info = data.get("info", {})
+    head = f"{args.dump}: {data['D'].shape[1]} rows, {len(data['blocks'])} bodies"
+    if info:
+        head += " (" + ", ".join(f"{k} {v}" for k, v in info.items()) + ")"
+    sys.stdout.write(head + "\n" + describe(res, data) + "\n")
+    sys.stdout.flush()
+    return EXIT_OK if res.infeasible else EXIT_NO_CERTIFICATE
 
 
 def _info(args):
@@ -178,13 +234,13 @@ def _convert(args):
 
 # ------------------------------------------------------------------------------------------------
 def existing_outputs(deck):
-    """Files of an earlier run of this deck in its output directory (trajectory, XDMF sidecar,
+    """Files of an earlier run of this deck in its output directory (trajectory, XDMF sidecar, GSD trajectory,
     checkpoints incl. stale temporaries, event-driven result), sorted."""
     d, name = deck["output"]["directory"], deck["name"]
     if not os.path.isdir(d):
         return []
     found = []
-    for p in (os.path.join(d, f"{name}.h5"), os.path.join(d, f"{name}.xdmf"),
+    for p in (os.path.join(d, f"{name}.h5"), os.path.join(d, f"{name}.xdmf"), os.path.join(d, f"{name}.gsd"),
               os.path.join(d, f"{name}_events.h5")):
         if os.path.exists(p):
             found.append(p)
@@ -192,6 +248,66 @@ def existing_outputs(deck):
     found += [p for p in glob.glob(os.path.join(glob.escape(d), f"{glob.escape(name)}_ckpt_*"))
               if ck.match(os.path.basename(p))]
     return sorted(found)
+
+
+def _memory_per_rank(comm):
+    """(bytes of memory one rank may use, how that was found): physical memory of the node divided by the
+    ranks sharing it, or the address-space limit (``ulimit -v``) if lower.  Collective."""
+    from mpi4py import MPI
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    nlocal = local.size
+    local.Free()
+    try:
+        phys = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        phys = None
+    limit, how = None, ""
+    if phys:
+        limit, how = phys // nlocal, f"{phys / 2 ** 30:.1f} GiB of memory / {nlocal} rank(s) on this node"
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft != resource.RLIM_INFINITY and (limit is None or soft < limit):
+            limit, how = soft, f"address-space limit (ulimit -v) {soft / 2 ** 30:.1f} GiB"
+    except (ImportError, ValueError, OSError):
+        pass
+    return limit, how
+
+
+def check_build_memory(comm, deck, source):
+    """Refuse (DeckError, same on every rank) a deck whose initial bodies cannot be built in the memory of
+    one rank: every rank builds all of them.  Collective."""
+    from relcp_mpi.bodies.builder import BUILD_BYTES_PER_BODY, build_memory_estimate, initial_body_count
+    from relcp_mpi.config.deck import DeckError
+    need = build_memory_estimate(deck)
+    limit, how = _memory_per_rank(comm)
+    msg = None
+    if comm.rank == 0 and limit is not None and need > limit:
+        msg = (f"generate: {initial_body_count(deck)} initial bodies need an estimated {need / 2 ** 30:.1f} GiB "
+               f"per rank ({BUILD_BYTES_PER_BODY} bytes per body; every rank builds all initial bodies), more "
+               f"than the {limit / 2 ** 30:.1f} GiB available per rank ({how}); lower the generator counts")
+    msg = comm.bcast(msg, root=0)
+    if msg:
+        raise DeckError([msg], source=source)
+
+
+def _lock_output(comm, deck):
+    """Create the output directory and take the run lock on rank 0 (collective).  Returns the RunLock on
+    rank 0, None elsewhere; raises InputError (same on every rank) naming the path and the OS error, or the
+    run already holding the lock."""
+    from relcp_mpi.io.rundir import RunDirError, acquire_run_lock
+    lock, msg = None, None
+    if comm.rank == 0:
+        try:
+            lock = acquire_run_lock(deck["output"]["directory"], deck["name"])
+            if lock.note:
+                print(f"relcp-mpi: {lock.note}", flush=True)
+        except RunDirError as exc:
+            msg = str(exc)
+    msg = comm.bcast(msg, root=0)
+    if msg:
+        raise InputError(msg)
+    return lock
 
 
 def _refuse_or_clear(comm, deck, overwrite, restart_hint=True):
@@ -225,12 +341,12 @@ def _run(args):
     from relcp_mpi.parallel.errors import install_excepthook
     install_excepthook(comm)
     from relcp_mpi.config.deck import DeckError, load
-    from relcp_mpi.io.checkpoint import CheckpointError
     try:
         deck, text = load(args.deck)
         if args.steps is not None:
-            if args.steps < 0:
-                raise DeckError([f"--steps: must be >= 0, got {args.steps}"], source=args.deck)
+            from relcp_mpi.config.deck import MAX_STEPS
+            if not 0 <= args.steps <= MAX_STEPS:
+                raise DeckError([f"--steps: must be in [0, {MAX_STEPS}], got {args.steps}"], source=args.deck)
             deck["time"]["steps"], deck["time"]["t_end"] = args.steps, None
         if args.output:
             deck["output"]["directory"] = args.output
@@ -251,15 +367,37 @@ def _run(args):
     if deck["engine"] == "event_driven":
         return _run_events(comm, deck, args)
 
-    from relcp_mpi.simulation import Simulation, StopRequested, install_signal_handlers
+    from relcp_mpi.simulation import install_signal_handlers
     # install before any heavy set-up: a signal from now on is acted upon at the end of the next step
     install_signal_handlers()
+    held = []                     # the run lock, once taken (rank 0): released however the run ends
+    try:
+        return _run_relcp(comm, deck, text, args, restart, held)
+    finally:
+        _release(held)
+
+
+def _release(held):
+    for lock in held:
+        lock.release()
+    held.clear()
+
+
+def _run_relcp(comm, deck, text, args, restart, held):
+    """Set up (restart or fresh), lock the output directory, run; returns the exit status."""
+    from relcp_mpi.config.deck import DeckError
+    from relcp_mpi.io.checkpoint import CheckpointError
+    from relcp_mpi.io.writeguard import OutputError
+    from relcp_mpi.simulation import Simulation, StopRequested
     try:
         if restart is not None:
+            held.extend(lk for lk in [_lock_output(comm, deck)] if lk is not None)
             sim = Simulation.from_checkpoint(restart, deck, text, comm)
         else:
+            check_build_memory(comm, deck, args.deck)
             sim = Simulation(deck, text, comm)
             sim.check_initial_overlap()
+            held.extend(lk for lk in [_lock_output(comm, deck)] if lk is not None)
             _refuse_or_clear(comm, deck, args.overwrite)
     except DeckError as exc:
         _err(comm, _named(exc, args.deck))
@@ -284,7 +422,7 @@ def _run(args):
                   f"written to {stop.path}; continue with: relcp-mpi run {args.deck} --restart latest"
                   + (f" --output {args.output}" if args.output else ""), flush=True)
         return EXIT_SIGNAL
-    except CheckpointError as exc:       # a failed checkpoint write is raised on every rank alike
+    except (CheckpointError, OutputError) as exc:   # a failed write is raised on every rank alike
         _err(comm, exc)
         return 1
     summary = sim.summary()
@@ -296,21 +434,26 @@ def _run(args):
 def _run_events(comm, deck, args):
     from relcp_mpi.config.deck import DeckError
     from relcp_mpi.events.deck import parse_event_deck, run_event_deck
+    from relcp_mpi.io.writeguard import OutputError
+    held = []
     try:
-        parse_event_deck(deck)          # deterministic: the same verdict on every rank
+        parse_event_deck(deck, source=args.deck)      # deterministic: the same verdict on every rank
+        held.extend(lk for lk in [_lock_output(comm, deck)] if lk is not None)
         _refuse_or_clear(comm, deck, args.overwrite, restart_hint=False)
+        path = os.path.join(deck["output"]["directory"], f"{deck['name']}_events.h5")
+        try:
+            result = run_event_deck(deck, path, comm)
+        except DeckError as exc:
+            _err(comm, exc)
+            return EXIT_BAD_INPUT
+        except OutputError as exc:            # raised on every rank alike
+            _err(comm, exc)
+            return 1
     except (DeckError, InputError) as exc:
         _err(comm, exc)
         return EXIT_BAD_INPUT
-    if comm.rank == 0:
-        os.makedirs(deck["output"]["directory"], exist_ok=True)
-    comm.Barrier()
-    path = os.path.join(deck["output"]["directory"], f"{deck['name']}_events.h5")
-    try:
-        result = run_event_deck(deck, path, comm)
-    except DeckError as exc:
-        _err(comm, exc)
-        return EXIT_BAD_INPUT
+    finally:
+        _release(held)
     if comm.rank == 0:
         print(f"event-driven run '{deck['name']}': {getattr(result, 'status', result)}; written to {path}")
     return EXIT_OK

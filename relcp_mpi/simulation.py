@@ -257,5 +257,14 @@ class Simulation:
                 f"{self.n_global} bodies, {self.step} steps, t={self.time:.6g}\n" + restart +
                 f"last step: constraints={d.get('constraints', 0)} depth={d.get('depth', 0)} "
                 f"iterations={d.get('iterations', 0)} max_overlap={d.get('max_overlap', 0.0):.3e} "
-                f"(overlap_tol {self.overlap_tol:g})\n"
+                f"(overlap_tol {self.overlap_tol:g})\n" + _stress_line(d) +
                 f"wall time {self.wall_time:.3f} s, {nrun / max(self.wall_time, 1e-300):.2f} steps/s\n" + stages)
+
+
+def _stress_line(d):
+    """Summary line of the last step's collision stress (empty when the diagnostics have none)."""
+    if "pressure" not in d:
+        return ""
+    # all 9 components: with centre-to-centre levers the tensor of non-spherical bodies need not be symmetric
+    comps = " ".join(f"{c}={d[f'stress_{c}']:.3e}" for c in ("xx", "yy", "zz", "xy", "yx", "xz", "zx", "yz", "zy"))
+    return f"collision stress [F/L^2] (last step): pressure={d['pressure']:.3e} {comps}\n"

@@ -25,6 +25,21 @@ def make_deck(**sections):
     return validate(copy.deepcopy(raw))
 
 
+def mixed_shapes_deck(directory, steps=6, **output):
+    """Two ellipsoids pushed together, a spherocylinder and a spinning sphere in a closed box [-4, 4]^3, with
+    trajectory frames every 2 steps in ``directory`` (more ``output`` keys as given): trajectory-format tests."""
+    bodies = [{"shape": "ellipsoid", "axes": [1.0, 0.4, 0.3], "position": [-1.2, 0.3, 0.0],
+               "orientation": {"axis": [0, 0, 1], "angle": 0.3}, "force": [4.0, -1.0, 0.0]},
+              {"shape": "ellipsoid", "axes": [1.0, 0.4, 0.3], "position": [1.2, -0.3, 0.0],
+               "orientation": {"axis": [1, 1, 0], "angle": 0.7}, "force": [-4.0, 1.0, 0.0]},
+              {"shape": "spherocylinder", "radius": 0.3, "length": 1.0, "position": [0.0, 2.0, 0.5],
+               "orientation": {"axis": [0, 1, 0], "angle": 1.2}, "force": [0.0, -1.0, 0.0]},
+              {"shape": "sphere", "radius": 0.5, "position": [2.5, 2.5, -2.0], "torque": [0.0, 0.0, 5.0]}]
+    return make_deck(time={"dt": 0.05, "steps": steps}, box={"lo": [-4, -4, -4], "hi": [4, 4, 4]}, bodies=bodies,
+                     contact={"overlap_tol": 1e-3, "skin": 0.3},
+                     output=dict({"directory": str(directory), "trajectory_every": 2}, **output))
+
+
 def run_sim(deck, comm=None, steps=None, record=None):
     """Run a deck without output; returns (sim, per-step diagnostics list).  ``record(sim)`` is called after
     every step."""
@@ -109,3 +124,10 @@ def snapshot(directory):
             with open(p, "rb") as fh:
                 out[os.path.relpath(p, directory)] = (fh.read(), os.stat(p).st_mtime_ns)
     return out
+
+
+def checkpoint_state(path, fields=("gid", "x", "q")):
+    """{field: array} of the bodies stored in a checkpoint file (serial h5py read)."""
+    import h5py
+    with h5py.File(path, "r") as f:
+        return {k: f["bodies/" + k][()] for k in fields}

@@ -105,7 +105,7 @@ def test_periodic_box_too_small_for_ghost_width_exit_2(tmp_path, n):
 def test_missing_deck_file(tmp_path):
     r, _ = run_cli(["run", tmp_path / "nope.yaml"])
     assert r.returncode == 2
-    assert "nope.yaml" in r.stderr and "cannot read deck file" in r.stderr
+    assert "nope.yaml" in r.stderr and "deck file does not exist" in r.stderr
 
 
 def test_validate(tmp_path):

@@ -21,7 +21,7 @@ from mpi4py import MPI  # noqa: E402
 from relcp_mpi.bodies.store import FIELDS, BodyStore  # noqa: E402
 from relcp_mpi.io.checkpoint import (CheckpointError, check_compatible, checkpoint_path,  # noqa: E402
                                      latest_checkpoint, read_checkpoint, verify_checkpoint,
-                                     write_checkpoint)
+                                     write_checkpoint, TRAILER_LEN, TRAILER_MAGIC)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORLD = MPI.COMM_WORLD
@@ -215,6 +215,12 @@ def _good(tmp_path, step=1):
                             dict(META, step=step), global_warm(5))
 
 
+def strip_trailer(raw):
+    """A checkpoint's bytes without the whole-file checksum trailer: the file as written before it existed."""
+    assert raw[-TRAILER_LEN:].startswith(TRAILER_MAGIC)
+    return raw[:-TRAILER_LEN]
+
+
 def _expect_error(path, pattern):
     with pytest.raises(CheckpointError, match=pattern) as ei:
         read_checkpoint(path, MPI.COMM_SELF)
@@ -241,16 +247,42 @@ def test_corruption_detected(tmp_path):
         t = tmp_path / f"trunc{cut}.h5"
         t.write_bytes(raw[:cut])
         _expect_error(str(t), "")
-    # flipped bytes in the middle of each of a few datasets -> checksum mismatch naming the dataset
+    # flipped bytes in the middle of each of a few datasets -> the whole-file checksum (trailer) refuses the
+    # file before HDF5 opens it; without the trailer (a checkpoint written before it existed) the
+    # per-dataset checksum names the dataset
+    legacy = strip_trailer(raw)
     for name in ("bodies/x", "bodies/gid", "warm/gamma"):
         with h5py.File(p, "r") as f:
             ds = f[name]
             offset = ds.id.get_offset() + ds.id.get_storage_size() // 2
+        for kind, data, msg in (("new", raw, "whole-file checksum mismatch"),
+                                ("legacy", legacy, f"checksum mismatch in dataset '/{name}'")):
+            bad = bytearray(data)
+            bad[offset] ^= 0x10
+            c = tmp_path / f"flip_{kind}_{name.replace('/', '_')}.h5"
+            c.write_bytes(bytes(bad))
+            _expect_error(str(c), msg)
+    # the trailer itself: a damaged digest, length or magic byte, a cut inside it, bytes appended after it
+    t0 = len(raw) - TRAILER_LEN
+    for k, msg in ((t0 + 40, "whole-file checksum mismatch"), (t0 + 3, "trailer is damaged"),
+                   (len(raw) - 5, "the trailer says"), (len(raw) - 1, "trailer is damaged")):
         bad = bytearray(raw)
-        bad[offset] ^= 0x10
-        c = tmp_path / f"flip_{name.replace('/', '_')}.h5"
+        bad[k] ^= 0x01
+        c = tmp_path / f"trailer{k}.h5"
         c.write_bytes(bytes(bad))
-        _expect_error(str(c), f"checksum mismatch in dataset '/{name}'")
+        _expect_error(str(c), msg)
+    for name, data in (("cut.h5", raw[:-50]), ("cut_in_magic.h5", raw[:t0 + 10]),
+                       ("appended.h5", raw + b"x" * 10), ("padded.h5", raw + b"x" * 5000)):
+        c = tmp_path / name
+        c.write_bytes(data)
+        _expect_error(str(c), "trailer is cut short or not at the end of the file")
+    # a legacy file (no trailer) that is intact is still read
+    c = tmp_path / "legacy_000000001.h5"
+    c.write_bytes(legacy)
+    b0, m0, w0 = read_checkpoint(p, MPI.COMM_SELF)
+    b1, m1, w1 = read_checkpoint(str(c), MPI.COMM_SELF)
+    assert_bodies_equal(b1, b0) and m1 == m0
+    verify_checkpoint(str(c))
     # original untouched by all of this
     assert open(p, "rb").read() == raw
 
@@ -259,7 +291,7 @@ def test_corruption_detected(tmp_path):
 def test_structural_errors(tmp_path):
     import h5py
     p = _good(tmp_path)
-    raw = open(p, "rb").read()
+    raw = strip_trailer(open(p, "rb").read())         # structure checks: legacy files (no trailer)
 
     def variant(name, edit):
         c = tmp_path / name
@@ -430,3 +462,14 @@ def test_check_compatible_body_count_unless_cells_divide():
     assert deck_has_division({"generate": [{"divide_at": 3.0}]})
     assert not deck_has_division({"bodies": [{"divide_at": 0}, {"divide_at": None}, "x", {"divide_at": True}]})
     assert not deck_has_division(None) and not deck_has_division({"bodies": None})
+
+
+def test_checkpoint_written_before_the_gen_field_still_restarts():
+    """tests/data/ckpt_before_gen_field.h5 was written by relcp_mpi before bodies had a ``gen`` column (commit
+    a33919d, deck beside it): it reads with generation 0 for every body and its checksums still verify."""
+    from relcp_mpi.io.checkpoint import read_checkpoint
+    here = os.path.join(os.path.dirname(__file__), "data", "ckpt_before_gen_field.h5")
+    bodies, meta, warm = read_checkpoint(here, MPI.COMM_SELF)
+    assert bodies.n == 2 and meta["step"] == 3
+    assert np.array_equal(bodies.gen, [0, 0])
+    assert np.all(np.isfinite(bodies.x))

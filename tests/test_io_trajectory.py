@@ -57,7 +57,7 @@ def check_xdmf(xdmf_path, h5_path, expect_steps):
             assert g.find("Topology").get("TopologyType") == "Polyvertex"
             n = int(g.find("Topology").get("NumberOfElements"))
             assert g.find("Geometry").get("GeometryType") == "XYZ"
-            assert {a.get("Name") for a in g.findall("Attribute")} >= {"gid", "kind", "shape", "q", "velocity"}
+            assert {a.get("Name") for a in g.findall("Attribute")} >= {"gid", "kind", "shape", "q", "u"}
             items = [d for d in g.iter("DataItem") if d.get("Format") == "HDF"]
             assert items
             for d in items:

@@ -377,7 +377,7 @@ def test_bad_checkpoints_rejected_exit_2_nothing_touched(tmp_path):
     cases = [
         (["run", deck, "--restart", str(bad / "missing.h5")], "missing.h5: file does not exist"),
         (["run", deck, "--restart", trunc], "pile_ckpt_000000002.h5: cannot open HDF5 file (truncated"),
-        (["run", deck, "--restart", corrupt], "corrupt.h5: checksum mismatch in dataset '/bodies/x'"),
+        (["run", deck, "--restart", corrupt], "corrupt.h5: whole-file checksum mismatch"),
         (["run", deck, "--restart", notckpt], "traj.h5: missing attribute"),
         (["run", other_deck, "--restart", ck],
          "incompatible deck: key 'bodies[0].axes[0]' differs (checkpoint: 0.6, deck: 0.5)"),

@@ -13,6 +13,21 @@ from relcp_mpi.basics import quaternion as quat
 from relcp_mpi.basics import random as prandom
 
 
+# peak memory of build_bodies per body (every rank builds all initial bodies): 0.94 kB measured for 10^6
+# spheres or ellipsoids (numpy 1.24), plus the rank's own copy and slack
+BUILD_BYTES_PER_BODY = 1200
+
+
+def initial_body_count(deck):
+    """Number of initial bodies a validated deck defines (explicit bodies + generator counts)."""
+    return len(deck["bodies"]) + sum(int(g["count"]) for g in deck["generate"])
+
+
+def build_memory_estimate(deck):
+    """Estimated peak bytes :func:`build_bodies` needs on EVERY rank (it builds all bodies everywhere)."""
+    return initial_body_count(deck) * BUILD_BYTES_PER_BODY
+
+
 def _orientation(spec, seed, gids, stream):
     n = len(gids)
     if isinstance(spec, str):

@@ -13,6 +13,8 @@ Fields (n = number of bodies):
 * ``growth`` float (n,)    axial growth rate for spherocylinders [L/T] (0 = none)
 * ``l_div`` float (n,)     segment length L at which a growing spherocylinder divides [L] (0 = never)
 * ``fixed`` int8 (n,)      1 = fixed body: zero mobility, moves only with its imposed velocity ``u_imp``
+* ``gen``   int64 (n,)     generation of a dividing cell (0 = initial body, +1 at every division); with the
+                           gid it keys the cell's random division length (:mod:`relcp_mpi.physics.growth`)
 * ``row``   int64 (n,)     global block-row index of the body in the current distributed D matrix (set by
                            the stepper each step before ghost exchange so ghosts carry it; not physical state)
 
@@ -34,6 +36,7 @@ FIELDS = {
     "growth": (np.float64, ()),
     "l_div": (np.float64, ()),
     "fixed": (np.int8, ()),
+    "gen": (np.int64, ()),
     "row": (np.int64, ()),
 }
 

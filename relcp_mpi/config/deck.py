@@ -18,15 +18,29 @@ Top-level sections (defaults in ``SCHEMA``)::
     bodies:   list of explicit bodies (see BODY_KEYS)
     generate: list of generators (see GENERATOR_KEYS): lattice or random placement
     contact:  {model: relcp | snsd | multisphere, overlap_tol, skin, max_depth, initial_overlap_tol,
-               ms_resolution (proxy spheres per body for the multisphere baseline), recheck_neighbors}
+               ms_resolution (proxy spheres per body for the multisphere baseline), recheck_neighbors,
+               line_contacts (relcp: level-0 rows at both ends of rod-rod and rod-wall line contacts),
+               max_trial_rotation (rad; with time.max_halvings > 0 a step whose recursion tries a rotation
+               larger than this is redone at dt/2 at once; 0 = never)}
     solver:   {method: a name of relcp_mpi.solver.registry (bbpgd, apgd, tao-<type>), tol, max_iter,
                petsc_options: [str]}
     parallel: {decomposition: cartesian|rcb, rebalance_every, imbalance_threshold}
-    output:   {directory, trajectory_every, checkpoint_every, keep_checkpoints, progress_every, restart}
+    output:   {directory, trajectory_every, format: hdf5 | gsd | [hdf5, gsd] (trajectory files <name>.h5 (+ .xdmf)
+               and/or <name>.gsd; normalised to a list), checkpoint_every, keep_checkpoints, progress_every,
+               restart}
+    growth:   {model: linear (growth_rate [L/T] adds to L) | exponential (growth_rate r [1/T]: L + 2R grows as
+               exp(r t)), division_noise (cells divide at divide_at (1 + division_noise U[-1, 1])),
+               orientation_noise [rad], noise_axis: [3] (daughters turn about this axis by U[-1, 1] *
+               orientation_noise; default: isotropic normal rotation vector), growth_rate_noise (each cell
+               grows at growth_rate (1 + growth_rate_noise U[-1, 1]))}  (see relcp_mpi.physics.growth)
+    debug:    {dump_lcp: DIR (dump grown LCPs there), dump_on: fail|always, check_on_fail (search an
+               infeasibility certificate when a solve fails), check_rows (whole-LCP search up to this size)}
+               (see relcp_mpi.stepper.lcp_debug)
 
 Units are the user's (consistent) units: lengths L, times T, viscosity mu; forces F = mu L^2 / T.
 """
 import math
+import os
 
 import numpy as np
 import yaml
@@ -46,12 +60,46 @@ class DeckError(ValueError):
 
 # ------------------------------------------------------------------------------------------------
 # tiny schema language: each leaf is (type, default, check) where check(value) -> None | message
+# every number of a deck must be finite and at most this large in magnitude, so squares and cubes (volumes,
+# drag coefficients, squared distances) computed from it stay finite in float64
+MAX_MAGNITUDE = 1e100
+MAX_STEPS = 2 ** 32 - 1          # the random streams are keyed by step < 2**32 (parallel/random.py)
+SEED_RANGE = 2 ** 64             # Philox key: 0 <= seed < 2**64
+MAX_BODIES = 2 ** 53             # global ids travel as float64 in packed rows: exact below 2**53
+
+
 def _pos(v):
     return None if v > 0 else f"must be > 0, got {v}"
 
 
+def _int_range(lo, hi):
+    """Check: lo <= v <= hi (inclusive), for integers."""
+    def check(v):
+        return None if lo <= v <= hi else f"must be in [{lo}, {hi}], got {v}"
+    return check
+
+
+def _seed(v):
+    return None if 0 <= v < SEED_RANGE else f"must be in [0, 2**64) (the random generator's key), got {v}"
+
+
+def _name(v):
+    """A run name becomes part of output file names: it must not be able to leave the output directory."""
+    if not v or v.strip() != v:
+        return f"must be a non-empty file name without leading/trailing blanks, got {v!r}"
+    if "/" in v or "\\" in v or os.sep in v or (os.altsep and os.altsep in v):
+        return f"must not contain path separators (it names files in output.directory), got {v!r}"
+    if ".." in v or v == "." or "\0" in v:
+        return f"must not contain '..' or NUL and must not be '.' (it names files in output.directory), got {v!r}"
+    return None
+
+
 def _nonneg(v):
     return None if v >= 0 else f"must be >= 0, got {v}"
+
+
+def _unit_interval(v):
+    return None if 0 <= v < 1 else f"must be in [0, 1), got {v}"
 
 
 def _choice(*opts):
@@ -62,7 +110,9 @@ def _choice(*opts):
 
 def _vec3(v):
     if not (isinstance(v, (list, tuple)) and len(v) == 3 and all(_is_number(c) for c in v)):
-        return f"must be a list of 3 numbers, got {v!r}"
+        return f"must be a list of 3 numbers (finite), got {v!r}"
+    if any(abs(c) > MAX_MAGNITUDE for c in v):
+        return f"components must be at most {MAX_MAGNITUDE:g} in magnitude, got {v!r}"
     return None
 
 
@@ -78,8 +128,24 @@ def _str_list(v):
     return None
 
 
+TRAJECTORY_FORMATS = ("hdf5", "gsd")
+
+
+def _formats(v):
+    items = v if isinstance(v, list) else [v]
+    if not items or not all(isinstance(f, str) and f in TRAJECTORY_FORMATS for f in items) \
+            or len(set(items)) != len(items):
+        return f"must be one of {list(TRAJECTORY_FORMATS)} or a list of them without repeats, got {v!r}"
+    return None
+
+
 def _is_number(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:          # an int too large for a float
+        return False
 
 
 FLOAT, INT, STR, BOOL, ANY = "float", "int", "str", "bool", "any"
@@ -95,14 +161,14 @@ class _Invalid:
 INVALID = _Invalid()
 
 SCHEMA = {
-    "name": (STR, "run", None),
+    "name": (STR, "run", _name),
     "engine": (STR, "relcp", _choice("relcp", "event_driven")),
-    "seed": (INT, 1, _nonneg),
+    "seed": (INT, 1, _seed),
     "time": {
         "dt": (FLOAT, None, _pos),
-        "steps": (INT, None, _nonneg),
+        "steps": (INT, None, _int_range(0, MAX_STEPS)),
         "t_end": (FLOAT, None, _nonneg),
-        "max_halvings": (INT, 0, _nonneg),
+        "max_halvings": (INT, 0, _int_range(0, 30)),
         "keep_halved_steps": (INT, 0, _nonneg),
     },
     "box": {
@@ -120,33 +186,49 @@ SCHEMA = {
     "generate": (ANY, [], None),
     "contact": {
         "model": (STR, "relcp", _choice("relcp", "snsd", "multisphere")),
-        "ms_resolution": (INT, 8, _pos),
+        "ms_resolution": (INT, 8, _int_range(1, 4096)),
         "overlap_tol": (FLOAT, 1e-3, _pos),
         "skin": (FLOAT, None, _nonneg),
-        "max_depth": (INT, 50, _pos),
+        "max_depth": (INT, 50, _int_range(1, 100000)),
         "initial_overlap_tol": (FLOAT, None, _nonneg),
         "recheck_neighbors": (BOOL, True, None),
+        "line_contacts": (BOOL, True, None),
+        "max_trial_rotation": (FLOAT, 0.35, _nonneg),
     },
     "solver": {
         "method": (STR, "bbpgd", _choice(*method_names())),
         "tol": (FLOAT, None, _pos),
-        "max_iter": (INT, 100000, _pos),
+        "max_iter": (INT, 100000, _int_range(1, 2 ** 31 - 1)),
         "petsc_options": (ANY, [], _str_list),
     },
     "parallel": {
         "decomposition": (STR, "cartesian", _choice("cartesian", "rcb")),
-        "rebalance_every": (INT, 0, _nonneg),
+        "rebalance_every": (INT, 0, _int_range(0, MAX_STEPS)),
         "imbalance_threshold": (FLOAT, 1.25, _pos),
     },
     "output": {
         "directory": (STR, None, None),
-        "trajectory_every": (INT, 10, _nonneg),
-        "checkpoint_every": (INT, 0, _nonneg),
-        "keep_checkpoints": (INT, 3, _pos),
-        "progress_every": (INT, 10, _nonneg),
+        "trajectory_every": (INT, 10, _int_range(0, MAX_STEPS)),
+        "format": (ANY, "hdf5", _formats),
+        "checkpoint_every": (INT, 0, _int_range(0, MAX_STEPS)),
+        "keep_checkpoints": (INT, 3, _int_range(1, 10 ** 6)),
+        "progress_every": (INT, 10, _int_range(0, MAX_STEPS)),
         "restart": (ANY, None, None),
     },
     "event_driven": (ANY, None, None),
+    "growth": {
+        "model": (STR, "linear", _choice("linear", "exponential")),
+        "division_noise": (FLOAT, 0.0, _unit_interval),
+        "orientation_noise": (FLOAT, 0.02, _nonneg),
+        "noise_axis": (ANY, None, _vec3),
+        "growth_rate_noise": (FLOAT, 0.0, _unit_interval),
+    },
+    "debug": {
+        "dump_lcp": (STR, None, None),
+        "dump_on": (STR, "fail", _choice("fail", "always")),
+        "check_on_fail": (BOOL, True, None),
+        "check_rows": (INT, 5000, _pos),
+    },
 }
 
 BODY_KEYS = {
@@ -169,7 +251,7 @@ BODY_KEYS = {
 GENERATOR_KEYS = dict(BODY_KEYS)
 GENERATOR_KEYS.pop("position")
 GENERATOR_KEYS.update({
-    "count": (INT, None, _nonneg),
+    "count": (INT, None, _int_range(0, MAX_BODIES)),
     "method": (STR, "lattice", _choice("lattice", "random")),
     "region": (ANY, None, None),
     "spacing": (FLOAT, None, _pos),
@@ -210,10 +292,16 @@ def _apply(schema, data, path, problems):
             out[key] = default
             continue
         v = data[key]
-        if kind == FLOAT and isinstance(v, int) and not isinstance(v, bool):
+        if kind == FLOAT and isinstance(v, int) and not isinstance(v, bool) and _is_number(v):
             v = float(v)
         if not _type_ok(kind, v):
-            problems.append(f"{kp}: expected {kind}, got {v!r}")
+            finite = " (finite)" if kind == FLOAT and isinstance(v, (int, float)) and not isinstance(v, bool) else ""
+            shown = repr(v) if len(repr(v)) <= 60 else repr(v)[:40] + f"... ({len(repr(v))} characters)"
+            problems.append(f"{kp}: expected {kind}{finite}, got {shown}")
+            out[key] = INVALID
+            continue
+        if kind == FLOAT and abs(v) > MAX_MAGNITUDE:
+            problems.append(f"{kp}: must be at most {MAX_MAGNITUDE:g} in magnitude, got {v!r}")
             out[key] = INVALID
             continue
         if check is not None:
@@ -233,13 +321,14 @@ def _check_orientation(o, kp, problems):
                             f"{{axis: [3], angle: float}}, got {o!r}")
         return
     if isinstance(o, dict):
-        if set(o) != {"axis", "angle"} or _vec3(o.get("axis")) or not _is_number(o.get("angle")):
+        if set(o) != {"axis", "angle"} or _vec3(o.get("axis")) or not _is_number(o.get("angle")) \
+                or abs(o["angle"]) > MAX_MAGNITUDE:
             problems.append(f"{kp}: axis-angle orientation needs exactly axis: [3 numbers] and angle: number")
         elif np.linalg.norm(o["axis"]) == 0:
             problems.append(f"{kp}.axis: must be nonzero")
         return
     if not (isinstance(o, (list, tuple)) and len(o) == 4 and all(_is_number(c) for c in o)) \
-            or np.linalg.norm(o) == 0:
+            or any(abs(c) > MAX_MAGNITUDE for c in o) or np.linalg.norm(o) == 0:
         problems.append(f"{kp}: quaternion must be 4 numbers, not all zero, got {o!r}")
 
 
@@ -274,6 +363,77 @@ def _check_region(r, kp, problems, box):
         return
     if np.any(np.asarray(r["hi"]) <= np.asarray(r["lo"])):
         problems.append(f"{kp}: hi must exceed lo on every axis, got lo={r['lo']} hi={r['hi']}")
+        return
+    if _vec3(box["lo"]) or _vec3(box["hi"]):
+        return
+    blo, bhi = np.asarray(box["lo"], float), np.asarray(box["hi"], float)
+    out = [ax for k, ax in enumerate("xyz") if r["lo"][k] < blo[k] or r["hi"][k] > bhi[k]]
+    if out:
+        problems.append(f"{kp}: region lo={r['lo']} hi={r['hi']} extends outside the box lo={box['lo']} "
+                        f"hi={box['hi']} along {', '.join(out)} (bodies would be placed outside the domain)")
+
+
+def _valid(*vals):
+    return all(v is not None and v is not INVALID for v in vals)
+
+
+def _speed_scale(deck):
+    """Rough largest unconstrained speed [L/T] of any body: imposed speed plus |force| / (6 pi mu r), with r
+    the body's smallest size parameter (drag of a sphere of that radius; other shapes drag more)."""
+    mu = deck["fluid"]["viscosity"]
+    forces = deck["forces"]
+    if not _valid(mu) or _vec3(forces["body_force"]):
+        return 0.0
+    bf = np.asarray(forces["body_force"], float)
+    vmax = 0.0
+    for b in list(deck["bodies"]) + list(deck["generate"]):
+        if not isinstance(b, dict) or _vec3(b.get("force")) or _vec3(b.get("velocity")):
+            continue
+        sizes = [v for k in ("radius", "length", "ring_radius") for v in [b.get(k)] if isinstance(v, float) and v > 0]
+        if isinstance(b.get("axes"), list) and not _vec3(b["axes"]):
+            sizes += [float(a) for a in b["axes"] if a > 0]
+        if not sizes:
+            continue
+        f = float(np.linalg.norm(np.add(b["force"], bf)))
+        v = float(np.linalg.norm(b["velocity"])) + f / (6 * math.pi * mu * min(sizes))
+        vmax = max(vmax, v)
+    return vmax
+
+
+def _check_ranges(deck, problems):
+    """Ranges that involve several keys: the time span, dt against the box, bodies inside the box."""
+    t, box = deck["time"], deck["box"]
+    dt, steps, t_end = t["dt"], t["steps"], t["t_end"]
+    if _valid(dt, t_end) and t_end / dt > MAX_STEPS:
+        problems.append(f"time.t_end: t_end / dt = {t_end / dt:.3g} steps, more than the supported "
+                        f"{MAX_STEPS} (2**32 - 1)")
+    if _valid(dt, steps) and steps * dt > MAX_MAGNITUDE:
+        problems.append(f"time.dt: steps * dt = {steps * dt:.3g} exceeds {MAX_MAGNITUDE:g} (simulated time "
+                        f"would overflow)")
+    if _vec3(box["lo"]) or _vec3(box["hi"]) or _bool3(box["periodic"]):
+        return
+    lo, hi = np.asarray(box["lo"], float), np.asarray(box["hi"], float)
+    if np.any(hi <= lo):
+        return
+    if _valid(dt):
+        v = _speed_scale(deck)
+        if v * dt > float(np.max(hi - lo)):
+            problems.append(f"time.dt: {dt:g} is too large for the box: a free body moves up to ~{v * dt:.3g} "
+                            f"per step (speed ~{v:.3g} from its force, drag and imposed velocity), more than the "
+                            f"largest box extent {float(np.max(hi - lo)):g}")
+    per = box["periodic"]
+    total = len(deck["bodies"]) + sum(g["count"] for g in deck["generate"]
+                                      if isinstance(g, dict) and isinstance(g.get("count"), int))
+    if total > MAX_BODIES:
+        problems.append(f"generate: {total} bodies in total, more than the supported 2**53")
+    for k, b in enumerate(deck["bodies"]):
+        if not isinstance(b, dict) or _vec3(b.get("position")):
+            continue
+        x = b["position"]
+        out = [ax for a, ax in enumerate("xyz") if not per[a] and not lo[a] <= x[a] <= hi[a]]
+        if out:
+            problems.append(f"bodies[{k}].position: {x} lies outside the box lo={box['lo']} hi={box['hi']} "
+                            f"along the non-periodic {', '.join(out)}")
 
 
 def validate(raw, source="deck"):
@@ -313,6 +473,10 @@ def validate(raw, source="deck"):
         elif np.linalg.norm(w["normal"]) == 0:
             problems.append(f"{kp}.normal: must be nonzero")
 
+    gr = deck["growth"]
+    noise = gr["division_noise"]
+    if isinstance(gr["noise_axis"], list) and not _vec3(gr["noise_axis"]) and np.linalg.norm(gr["noise_axis"]) == 0:
+        problems.append("growth.noise_axis: must be nonzero")
     for section, keys in (("bodies", BODY_KEYS), ("generate", GENERATOR_KEYS)):
         items = deck[section]
         if not isinstance(items, list):
@@ -342,13 +506,24 @@ def validate(raw, source="deck"):
                             and nb["divide_at"] <= max(nb["length"], 2 * nb["radius"]):
                         problems.append(f"{kp}.divide_at: must exceed the initial length {nb['length']} and "
                                         f"2*radius {2 * nb['radius']} (daughters have length L/2 - R > 0)")
+                    elif isinstance(nb.get("radius"), float) and isinstance(noise, float) and noise > 0 \
+                            and nb["divide_at"] * (1 - noise) <= 2 * nb["radius"]:
+                        problems.append(f"{kp}.divide_at: with growth.division_noise {noise} cells may divide at "
+                                        f"{nb['divide_at'] * (1 - noise):g}, which must exceed 2*radius "
+                                        f"{2 * nb['radius']} (daughters have length L/2 - R > 0)")
             norm.append(nb)
         deck[section] = norm
 
+    _check_ranges(deck, problems)
     kinds = {b.get("shape") for sec in ("bodies", "generate") for b in deck[sec] if isinstance(b, dict)}
     if "ring" in kinds and kinds & {"ellipsoid", "spherocylinder"}:
         problems.append("bodies: rings can only be combined with spheres and walls (ring-ellipsoid and "
                         "ring-spherocylinder contact are not implemented)")
+    dbg = deck["debug"]
+    # only 'always' needs the directory: 'fail' is the default, and a validated deck is validated again as is
+    # (Simulation.from_deck of a mapping), so the check must pass on its own output
+    if dbg["dump_on"] == "always" and dbg["dump_lcp"] is None:
+        problems.append("debug.dump_on: needs debug.dump_lcp (the directory for the dumps)")
     c, s = deck["contact"], deck["solver"]
     if isinstance(s["tol"], float) and isinstance(c["overlap_tol"], float) and s["tol"] > c["overlap_tol"]:
         problems.append(f"solver.tol: must be <= contact.overlap_tol ({c['overlap_tol']}), got {s['tol']}")
@@ -358,24 +533,79 @@ def validate(raw, source="deck"):
         s["tol"] = 0.1 * c["overlap_tol"]
     if c["initial_overlap_tol"] is None:
         c["initial_overlap_tol"] = c["overlap_tol"]
+    if not isinstance(deck["output"]["format"], list):
+        deck["output"]["format"] = [deck["output"]["format"]]
     if deck["output"]["directory"] is None:
         deck["output"]["directory"] = f"out/{deck['name']}"
     return deck
 
 
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key, first, again):
+        shown = repr(key) if len(repr(key)) <= 60 else repr(key)[:40] + "..."
+        super().__init__(f"duplicated key {shown} (at lines {first} and {again}; "
+                         f"YAML would silently keep the second)")
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects a key given twice in one mapping (PyYAML silently keeps the last one)."""
+
+
+def _construct_unique_mapping(loader, node, deep=False):
+    seen = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            first = seen.get(key)
+        except TypeError:           # unhashable key: the base constructor reports it
+            continue
+        line = key_node.start_mark.line + 1
+        if first is not None:
+            raise _DuplicateKey(key, first, line)
+        seen[key] = line
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+
+
 def load(path):
-    """Read and validate a deck file; returns ``(deck, text)``.  Raises DeckError with the file name."""
+    """Read and validate a deck file; returns ``(deck, text)``.  Raises DeckError with the file name
+    (a missing file, a file that is not UTF-8 text -- naming the byte offset --, malformed YAML,
+    duplicated keys, or any schema problem)."""
+    path = str(path)
     try:
-        with open(path, "r", encoding="utf-8") as fh:
-            text = fh.read()
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        raise DeckError(["deck file does not exist"], source=path) from None
+    except IsADirectoryError:
+        raise DeckError(["is a directory, not a deck file"], source=path) from None
     except OSError as exc:
-        raise DeckError([f"cannot read deck file: {exc.strerror}"], source=str(path)) from None
-    return loads(text, source=str(path)), text
+        raise DeckError([f"cannot read deck file: {exc.strerror}"], source=path) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DeckError([f"not a UTF-8 text file: invalid byte 0x{data[exc.start]:02x} at byte offset "
+                         f"{exc.start} ({exc.reason})"], source=path) from None
+    return loads(text, source=path), text
 
 
 def loads(text, source="deck"):
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.reader.ReaderError as exc:
+        # a character YAML does not accept (control characters, NUL): name its byte offset in the file
+        pos = int(getattr(exc, "position", 0) or 0)
+        off = len(text[:pos].encode("utf-8"))
+        ch = exc.character
+        what = f"#x{ch:04x}" if isinstance(ch, int) else repr(ch)
+        raise DeckError([f"not a YAML text file: unacceptable character {what} at byte offset {off} "
+                         f"({exc.reason})"], source=source) from None
+    except _DuplicateKey as exc:
+        raise DeckError([str(exc)], source=source) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

@@ -58,6 +58,8 @@ class ContactSection:
     max_depth: int            # recursion levels
     initial_overlap_tol: float  # [L]
     recheck_neighbors: bool
+    line_contacts: bool       # relcp: level-0 rows at both ends of rod-rod and rod-wall line contacts
+    max_trial_rotation: float  # [rad] with time.max_halvings > 0: redo a step at dt/2 when a trial rotates more
 
 
 @dataclass(frozen=True)
@@ -79,10 +81,30 @@ class ParallelSection:
 class OutputSection:
     directory: str
     trajectory_every: int     # steps (0: no trajectory)
+    format: tuple             # of 'hdf5' | 'gsd': trajectory files <name>.h5 (+ .xdmf) and/or <name>.gsd
     checkpoint_every: int     # steps (0: no periodic checkpoints)
     keep_checkpoints: int
     progress_every: int       # steps (0: only the last)
     restart: object           # None, 'latest' or a checkpoint path
+
+
+@dataclass(frozen=True)
+class GrowthSection:
+    """Growth law and division noise of growing spherocylinders (:class:`relcp_mpi.physics.growth.GrowthModel`)."""
+    model: str                # linear | exponential
+    division_noise: float     # division length noise (fraction)
+    orientation_noise: float  # [rad] daughter orientation noise
+    noise_axis: tuple         # (3,) rotation axis of the orientation noise, or None (isotropic)
+    growth_rate_noise: float  # per-cell growth rate factor 1 + noise U[-1, 1]
+
+
+@dataclass(frozen=True)
+class DebugSection:
+    """LCP dumps and infeasibility checks (:class:`relcp_mpi.stepper.lcp_debug.LcpDebug`)."""
+    dump_lcp: str             # directory of the dumps, or None (off)
+    dump_on: str              # fail | always
+    check_on_fail: bool       # search an infeasibility certificate when a solve fails
+    check_rows: int           # largest LCP (rows) the exact check is tried on
 
 
 @dataclass(frozen=True)
@@ -99,6 +121,8 @@ class Deck:
     solver: SolverSection
     parallel: ParallelSection
     output: OutputSection
+    growth: GrowthSection
+    debug: DebugSection
     raw: dict
 
     @property
@@ -117,4 +141,5 @@ def typed(deck):
                 walls=tuple(_section(Wall, w) for w in deck["walls"]), fluid=_section(FluidSection, deck["fluid"]),
                 contact=_section(ContactSection, deck["contact"]), solver=_section(SolverSection, deck["solver"]),
                 parallel=_section(ParallelSection, deck["parallel"]), output=_section(OutputSection, deck["output"]),
+                growth=_section(GrowthSection, deck["growth"]), debug=_section(DebugSection, deck["debug"]),
                 raw=deck)

@@ -6,18 +6,15 @@ An action has ``every`` (act after every step that is a multiple of it; 0 = neve
 rank: actions are collective when what they do is), and ``finish(sim)`` once at the end (also after an
 error).  Write your own by subclassing :class:`Action`, or pass a function as ``on_step``.
 
-Built in: :class:`Progress` (progress line on rank 0), :class:`Trajectory` (HDF5 frames + XDMF),
+Built in: :class:`Progress` (progress line on rank 0), :class:`Trajectory` (HDF5 frames + XDMF and/or GSD),
 :class:`Checkpoint` (atomic checkpoint files), :class:`SignalCheck` (SIGTERM/SIGUSR1: checkpoint and stop),
 :class:`Callback` (call a function).
 """
-import os
-
 from mpi4py import MPI
 
 from relcp_mpi.driver.signals import StopRequested, clear_pending_signal, pending_signal
 from relcp_mpi.io.progress import Progress as _ProgressLine
-from relcp_mpi.io.trajectory import TrajectoryWriter
-from relcp_mpi.parallel.errors import collective_guard
+from relcp_mpi.io.writers import open_trajectory_writers
 
 
 class Action:
@@ -69,10 +66,12 @@ class Progress(Action):
 
 
 class Trajectory(Action):
-    """Trajectory frames (:class:`relcp_mpi.io.trajectory.TrajectoryWriter`) every ``every`` steps, into
-    ``path`` (default ``<output.directory>/<name>.h5``).  A fresh run (step 0) writes the initial frame and
-    starts a new file; a run continuing at step S > 0 (restart, or a second ``run``) appends to the file,
-    dropping frames after S written by an interrupted run."""
+    """Trajectory frames every ``every`` steps in the deck's ``output.format`` (HDF5 + XDMF
+    :class:`relcp_mpi.io.trajectory.TrajectoryWriter` and/or GSD :class:`relcp_mpi.io.gsd_writer.GSDWriter`,
+    :func:`relcp_mpi.io.writers.open_trajectory_writers`), into ``path`` (default ``<output.directory>/<name>.h5``;
+    the GSD file is the same path with ``.gsd``).  A fresh run (step 0) writes the initial frame and starts new
+    files; a run continuing at step S > 0 (restart, or a second ``run``) appends to them, dropping frames after
+    S written by an interrupted run."""
 
     def __init__(self, every=10, path=None):
         super().__init__(every)
@@ -80,14 +79,10 @@ class Trajectory(Action):
         self.writer = None
 
     def start(self, sim, end):
-        path = self.path or os.path.join(sim.output_directory, f"{sim.name}.h5")
-        d = os.path.dirname(path)
-        with collective_guard(sim.comm, "trajectory directory"):
-            if sim.comm.rank == 0 and d:
-                os.makedirs(d, exist_ok=True)
+        base = None if self.path is None else (self.path[:-3] if self.path.endswith(".h5") else self.path)
         continuing = sim.restarted_from is not None or sim.step > 0
-        self.writer = TrajectoryWriter(path, sim.comm, append=continuing,
-                                       restart_step=sim.step if continuing else None)
+        self.writer = open_trajectory_writers(sim.deck, sim.comm, restart_step=sim.step if continuing else None,
+                                              base=base)
         if not continuing:
             with sim.timer.stage("output"):
                 self.writer.write_frame(sim.step, sim.time, sim.bodies.sort_by_gid(), sim.diag or {})

@@ -27,9 +27,11 @@ from relcp_mpi.parallel import decomposition as pdecomp
 from relcp_mpi.parallel.exchange import exchange_rows
 from relcp_mpi.parallel.ghosts import exchange_ghosts, refresh_ghosts
 from relcp_mpi.parallel.migration import migrate
-from relcp_mpi.physics.growth import divide, grow
+from relcp_mpi.physics.growth import GrowthModel, divide, grow
 from relcp_mpi.physics.mobility import mobility_blocks
+from relcp_mpi.physics.stress import step_stress_diagnostics
 from relcp_mpi.state import box_of, empty_warm
+from relcp_mpi.stepper.lcp_debug import LcpDebug
 from relcp_mpi.stepper.relcp import StepInput, StepParams, StepSolver, relcp_step
 
 
@@ -61,7 +63,12 @@ class StepEngine:
         self.seed = deck.seed
         self.params = StepParams(dt=state.dt, overlap_tol=c.overlap_tol, skin=state.skin, max_depth=c.max_depth,
                                  model=c.model, ms_resolution=c.ms_resolution, method=s.method, tol=s.tol,
-                                 max_iter=s.max_iter, recheck_neighbors=c.recheck_neighbors)
+                                 max_iter=s.max_iter, recheck_neighbors=c.recheck_neighbors,
+                                 line_contacts=c.line_contacts,
+                                 # the early trial-range check only makes sense when the step can be redone
+                                 max_trial_rotation=c.max_trial_rotation if deck.time.max_halvings else 0.0,
+                                 debug=LcpDebug.from_deck(dataclasses.asdict(deck.debug)))
+        self.growth_model = GrowthModel.from_deck(dataclasses.asdict(deck.growth))
         self.workspace = StepSolver(comm)
         self.has_growth = bool(comm.allreduce(bool(np.any(state.bodies.growth != 0)), op=MPI.LOR))
         self.ghosts = None
@@ -162,13 +169,16 @@ class StepEngine:
 
     def single_step(self, st, dt):
         """One step of ``dt`` [T] (collective): advances ``st`` in place; returns the step's diagnostics
-        (constraints, active, depth, iterations, max_overlap, residual, and imbalance once measured)."""
+        (constraints, active, depth, iterations, max_overlap, residual, collision stress: pressure and stress_<ij>
+        [F/L^2], and imbalance once measured)."""
         comm = self.comm
+        self.params.debug.step = st.step + 1           # label of LCP dumps / failure reports
         self._rebalance_if_needed(st)
         if self.has_growth:
             with self.timer.stage("growth"):
-                grow(st.bodies, dt)
-                st.bodies, st.next_gid, ndiv = divide(st.bodies, comm, st.next_gid, self.seed, st.step)
+                grow(st.bodies, dt, self.growth_model, self.seed)
+                st.bodies, st.next_gid, ndiv = divide(st.bodies, comm, st.next_gid, self.seed, st.step,
+                                                      model=self.growth_model)
                 st.n_global += ndiv
                 st.update_rmax(comm)
         b, g = self.prepare(st)
@@ -197,6 +207,8 @@ class StepEngine:
         st.step += 1
         st.time += dt
         diag = dict(res.diagnostics)
+        # collision stress of the step (virial of the constraint forces; one allreduce of 9 numbers)
+        diag.update(step_stress_diagnostics(res.table, res.gamma, inp.x0, self.box.lengths, comm))
         if st.imbalance is not None:
             diag["imbalance"] = st.imbalance      # measured at the last rebalance check
         return diag

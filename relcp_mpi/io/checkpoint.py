@@ -16,6 +16,19 @@ no rank gathers all bodies.  The file checksum is the SHA-256 of ``meta_json`` a
 name, shape and 64-bit word checksum; each dataset checksum is independent of the rank count, so a file
 written on P ranks verifies on any number of readers.
 
+Whole-file checksum (trailer): after the HDF5 file is closed, rank 0 appends ONE fixed-length line
+``#relcp_mpi-checkpoint-sha256:<64 hex>:<20-digit length>`` (:data:`TRAILER_LEN` bytes) holding the SHA-256
+and the length of every byte before it; HDF5 ignores bytes after its end-of-file address.  The trailer is
+appended to the temporary file, so it is renamed (atomically) together with the data.  Every reader
+(:func:`read_checkpoint`, :func:`verify_checkpoint`, :func:`latest_checkpoint`, ``relcp-mpi info``) checks
+it on ONE process (:func:`verify_file_checksum`) before HDF5 parses anything: a damaged checkpoint is
+refused without the HDF5 library ever reading it (damaged HDF5 metadata can crash, hang or make the
+library allocate without bound).  Files written before the trailer existed (no trailer; a trailer that
+is merely damaged is recognised as one and refused) are still read, with the older checks only: the
+structural preflight, size sanity checks of every count against the file size before anything is
+allocated, and the per-dataset and metadata checksums.  Parsing a *damaged* legacy file is up to the
+HDF5 library; only files with a trailer are protected from that.
+
 Atomicity: the file is written to ``path + '.tmp'``, flushed and closed collectively, fsynced by rank 0,
 renamed onto ``path`` by rank 0 (``os.replace``; the directory is fsynced too), and only then are older
 checkpoints of the same prefix removed (retention ``keep``).  A job killed at any moment therefore
@@ -49,13 +62,24 @@ import numpy as np
 
 from relcp_mpi import __version__
 from relcp_mpi.bodies.store import FIELDS, BodyStore
+
+# body fields added after checkpoints were first written: a checkpoint without them is read with this value
+# (``gen``, the cell generation, arrived with the realistic colony model; older files have only generation 0)
+OPTIONAL_BODY_FIELDS = {"gen": 0}
 from relcp_mpi.io import h5util as hu
+from relcp_mpi.io.writeguard import OutputError, WriteGuard, describe_oserror, guarded_dataset, inject
 
 FORMAT = "relcp_mpi-checkpoint"
 FORMAT_VERSION = 1
 CHECKSUM_ALGO = "relcp-splitmix64-sum+sha256/v1"
 WARM_COLUMNS = {"gid_i": np.int64, "gid_j": np.int64, "sub": np.int64, "gamma": np.float64}
 _NAME_RE = re.compile(r"^(?P<prefix>.*)_(?P<step>\d{9})\.h5$")
+
+# whole-file trailer (see the module docstring)
+TRAILER_MAGIC = b"\n#relcp_mpi-checkpoint-sha256:"
+TRAILER_LEN = len(TRAILER_MAGIC) + 64 + 1 + 20 + 1
+_HASH_CHUNK = 1 << 22
+_TAIL_SCAN = 1 << 16          # a trailer anywhere in the last 64 KiB marks a file as written with one
 
 # test hook: seconds to sleep after the data is written and before the file is closed/renamed
 _DELAY_ENV = "RELCP_CHECKPOINT_TEST_DELAY"
@@ -172,6 +196,87 @@ def _file_checksum(meta_json, dset_sums):
     return h.hexdigest()
 
 
+def _sha256_prefix(fh, n):
+    """SHA-256 of the first ``n`` bytes of an open binary file (read in chunks)."""
+    h = hashlib.sha256()
+    fh.seek(0)
+    left = n
+    while left > 0:
+        chunk = fh.read(min(_HASH_CHUNK, left))
+        if not chunk:
+            raise OSError(f"file ended {left} bytes early")
+        h.update(chunk)
+        left -= len(chunk)
+    return h.hexdigest()
+
+
+def _append_trailer(path):
+    """Append the whole-file checksum trailer to the closed file ``path`` and fsync it (one process)."""
+    with open(path, "r+b") as fh:
+        fh.seek(0, os.SEEK_END)
+        n = fh.tell()
+        digest = _sha256_prefix(fh, n)
+        fh.seek(n)
+        fh.write(TRAILER_MAGIC + digest.encode("ascii") + b":" + f"{n:020d}".encode("ascii") + b"\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _looks_like_trailer(tail):
+    """True if the last TRAILER_LEN bytes are (possibly a damaged copy of) a trailer: most of the fixed
+    magic bytes in place.  A single damaged byte must not make a new file pass for a legacy one."""
+    if len(tail) != TRAILER_LEN:
+        return False
+    same = sum(a == b for a, b in zip(tail[:len(TRAILER_MAGIC)], TRAILER_MAGIC))
+    return same >= len(TRAILER_MAGIC) // 2
+
+
+def _cut_trailer(tail):
+    """True if the file ends inside a trailer (the start of TRAILER_MAGIC, possibly followed by part of the
+    digest): a truncated new file, not a legacy one."""
+    pos = tail.find(TRAILER_MAGIC[:3])
+    while pos >= 0:
+        rest = tail[pos:]
+        k = min(len(rest), len(TRAILER_MAGIC))
+        if rest[:k] == TRAILER_MAGIC[:k]:
+            return True
+        pos = tail.find(TRAILER_MAGIC[:3], pos + 1)
+    return False
+
+
+def verify_file_checksum(path):
+    """Check the whole-file trailer of a checkpoint, reading the file as plain bytes (no HDF5).
+
+    Returns True when the trailer is present and matches, False when the file has no trailer (written
+    before it existed); raises :class:`CheckpointError` naming the file when the trailer is damaged or the
+    file's bytes do not match it (damaged, truncated or appended to)."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as fh:
+            fh.seek(max(size - _TAIL_SCAN, 0))
+            scan = fh.read(_TAIL_SCAN)
+            tail = scan[-TRAILER_LEN:]
+            if not _looks_like_trailer(tail):
+                if _cut_trailer(tail) or TRAILER_MAGIC[2:] in scan:
+                    raise CheckpointError(f"checkpoint {path}: whole-file checksum trailer is cut short or not at "
+                                          f"the end of the file (file truncated or appended to)")
+                return False
+            m = re.fullmatch(rb"\n#relcp_mpi-checkpoint-sha256:([0-9a-f]{64}):([0-9]{20})\n", tail)
+            if m is None:
+                raise CheckpointError(f"checkpoint {path}: whole-file checksum trailer is damaged (file damaged)")
+            n = int(m.group(2))
+            if n != size - TRAILER_LEN:
+                raise CheckpointError(f"checkpoint {path}: file has {size - TRAILER_LEN} bytes before its "
+                                      f"checksum trailer, the trailer says {n} (file damaged)")
+            got = _sha256_prefix(fh, n)
+    except OSError as e:
+        raise CheckpointError(f"checkpoint {path}: cannot be read: {e.strerror or e}") from e
+    if got != m.group(1).decode("ascii"):
+        raise CheckpointError(f"checkpoint {path}: whole-file checksum mismatch (sha256 stored "
+                              f"{m.group(1).decode()[:16]}..., computed {got[:16]}...): file damaged")
+    return True
+
+
 def _fsync_path(path, directory=False):
     flags = os.O_RDONLY
     if directory:
@@ -277,7 +382,10 @@ def write_checkpoint(path, comm, bodies, meta, warm=None, keep=3, _hook=None):
         f = h5py.File(tmp, "w", driver="mpio", comm=comm)
     except Exception as e:  # collective open failed on all ranks
         raise CheckpointError(f"cannot write checkpoint {path}: cannot create {tmp}: {e}") from e
-    try:
+    # every HDF5 call in a guard step: an OSError (full disk, EIO, ...) on one rank is recorded and agreed
+    # on after the close, so all ranks keep making the same collective calls (relcp_mpi.io.writeguard)
+    guard = WriteGuard(comm, f"checkpoint file {tmp}", path=tmp)
+    with guard.step():
         f.attrs["format"] = FORMAT
         f.attrs["format_version"] = FORMAT_VERSION
         f.attrs["code_version"] = __version__
@@ -290,32 +398,44 @@ def write_checkpoint(path, comm, bodies, meta, warm=None, keep=3, _hook=None):
         f.attrs["n_warm"] = nwarm
         gb = f.create_group("bodies")
         gw = f.create_group("warm")
-        for grp, cols, o, ntot in ((gb, fields, off, nbod), (gw, warm_cols, woff, nwarm)):
-            for name in (FIELDS if grp is gb else sorted(cols)):
-                arr = cols[name]
-                ds = grp.create_dataset(name, shape=(ntot,) + arr.shape[1:], dtype=arr.dtype)
-                ds.attrs["checksum"] = hu.checksum_hex(sums[f"{grp.name.strip('/')}/{name}"][1])
-                if ntot:
-                    hu.write_rows(ds, o, arr, collective=True)
+    for grp_name, cols, o, ntot in (("bodies", fields, off, nbod), ("warm", warm_cols, woff, nwarm)):
+        for name in (FIELDS if grp_name == "bodies" else sorted(cols)):
+            arr = cols[name]
+            guarded_dataset(guard, gb if grp_name == "bodies" else gw, name, arr, ntot, o,
+                            attrs={"checksum": hu.checksum_hex(sums[f"{grp_name}/{name}"][1])},
+                            inject_point="checkpoint" if name == "x" else None)
+    with guard.step():
         f.flush()
-        if _hook is not None:
-            _hook("data-written")
-        delay = float(os.environ.get(_DELAY_ENV, "0") or 0)
-        if delay > 0:
-            _time.sleep(delay)
+    if _hook is not None:
+        _hook("data-written")
+    delay = float(os.environ.get(_DELAY_ENV, "0") or 0)
+    if delay > 0:
+        _time.sleep(delay)
+    with guard.step():
         f.attrs["checksum"] = fsum       # written last: a file without it is incomplete
-    finally:
+    with guard.step():
         f.close()
+    try:
+        guard.agree()
+    except OutputError as err:
+        if comm.rank == 0:
+            _remove_quietly(tmp)         # free the space; the previous checkpoints are untouched
+        guard.done()
+        raise CheckpointError(str(err)) from err
 
-    # -- 3. durable rename, then retention ------------------------------------------------------
+    # -- 3. whole-file checksum trailer, durable rename, then retention --------------------------
     err = None
     if comm.rank == 0:
         try:
-            _fsync_path(tmp)
+            inject("checkpoint-trailer", comm.rank)
+            _append_trailer(tmp)         # also fsyncs the file
         except Exception as e:  # noqa: BLE001
-            err = e
-    comm.Barrier()
-    if comm.rank == 0 and err is None:
+            err = describe_oserror(e)
+            _remove_quietly(tmp)
+    err = comm.bcast(None if err is None else str(err), root=0)
+    if err:
+        raise CheckpointError(f"cannot write checkpoint {path}: checksum trailer of {tmp}: {err}")
+    if comm.rank == 0:
         try:
             os.replace(tmp, path)
             _fsync_path(d, directory=True)
@@ -328,6 +448,13 @@ def write_checkpoint(path, comm, bodies, meta, warm=None, keep=3, _hook=None):
         _apply_retention(path, int(keep))
     comm.Barrier()
     return path
+
+
+def _remove_quietly(path):
+    try:
+        os.remove(path)
+    except OSError:
+        pass
 
 
 def _prepare_warm(warm):
@@ -394,6 +521,7 @@ def _preflight(path, strict_version=False):
         raise CheckpointError(f"checkpoint {path}: file does not exist")
     if not os.path.isfile(path):
         raise CheckpointError(f"checkpoint {path}: not a regular file")
+    has_trailer = verify_file_checksum(path)      # before HDF5 reads a single byte
     try:
         is_h5 = h5py.is_hdf5(path)
     except Exception as e:  # noqa: BLE001
@@ -405,7 +533,9 @@ def _preflight(path, strict_version=False):
     except Exception as e:  # noqa: BLE001
         raise CheckpointError(f"checkpoint {path}: cannot open HDF5 file (truncated or damaged?): {e}") from e
     try:
-        return _inspect(f, path, strict_version)
+        info = _inspect(f, path, strict_version, os.path.getsize(path))
+        info["whole_file_checksum"] = has_trailer
+        return info
     except CheckpointError:
         raise
     except Exception as e:  # noqa: BLE001
@@ -414,9 +544,19 @@ def _preflight(path, strict_version=False):
         f.close()
 
 
-def _inspect(f, path, strict_version=False):
+def _inspect(f, path, strict_version=False, file_size=None):
+    """Structure, sizes and metadata checksum of an open checkpoint (no dataset is read).  Every size the
+    file declares (attribute lengths, dataset shapes, counts in the metadata) is checked against
+    ``file_size`` before anything of that size is read or allocated."""
     import h5py
     attrs = f.attrs
+    limit = file_size if file_size is not None else os.path.getsize(path)
+    for a in ("format", "meta_json", "checksum", "code_version"):
+        if a in attrs:
+            nbytes = attrs.get_id(a).get_storage_size()
+            if nbytes > limit:
+                raise CheckpointError(f"checkpoint {path}: attribute '/{a}' claims {nbytes} bytes, more than the "
+                                      f"file's {limit} (file damaged)")
     for a in ("format", "format_version", "meta_json", "checksum"):
         if a not in attrs:
             hint = " (incomplete write?)" if a == "checksum" else ""
@@ -441,7 +581,8 @@ def _inspect(f, path, strict_version=False):
             raise CheckpointError(f"checkpoint {path}: metadata key {k!r} missing")
     info = {"meta_json": meta_json, "meta": meta, "checksum": _s(attrs["checksum"]), "code_version": cv,
             "datasets": {}}
-    for grp, names in (("bodies", list(FIELDS)), ("warm", None)):
+    for grp, names in (("bodies", [c for c in FIELDS if c not in OPTIONAL_BODY_FIELDS or f"bodies/{c}" in f]),
+                       ("warm", None)):
         if grp not in f:
             raise CheckpointError(f"checkpoint {path}: missing group '/{grp}'")
         g = f[grp]
@@ -466,20 +607,54 @@ def _inspect(f, path, strict_version=False):
                                           f"expected (N,)+{tuple(tshape)}")
             if ds.dtype.itemsize != 8:
                 raise CheckpointError(f"checkpoint {path}: dataset '/{grp}/{nm}' has dtype {ds.dtype}")
+            if ds.ndim < 1 or any(int(d) < 0 for d in ds.shape) or \
+                    int(np.prod(ds.shape, dtype=object)) * 8 > limit:
+                raise CheckpointError(f"checkpoint {path}: dataset '/{grp}/{nm}' claims shape {ds.shape}, more "
+                                      f"data than the file's {limit} bytes (file damaged)")
             lens.add(ds.shape[0])
             info["datasets"][f"{grp}/{nm}"] = (tuple(ds.shape), _s(ds.attrs["checksum"]), ds.dtype.str)
         if len(lens) > 1:
             raise CheckpointError(f"checkpoint {path}: datasets in '/{grp}' have different lengths {sorted(lens)}")
         info["n_" + grp] = lens.pop() if lens else 0
-    if info["n_bodies"] != meta.get("n_bodies", info["n_bodies"]):
-        raise CheckpointError(f"checkpoint {path}: metadata says {meta.get('n_bodies')} bodies, "
-                              f"datasets hold {info['n_bodies']}")
+    for key in ("bodies", "warm"):
+        if info["n_" + key] != meta.get("n_" + key, info["n_" + key]):
+            raise CheckpointError(f"checkpoint {path}: metadata says {meta.get('n_' + key)} {key} rows, "
+                                  f"datasets hold {info['n_' + key]}")
+    _check_meta_sizes(meta, info["n_bodies"], path)
     # the file checksum binds the metadata and the per-dataset checksums together
     dset_sums = {k: (shape, int(h, 16)) for k, (shape, h, _) in info["datasets"].items()}
     if _file_checksum(meta_json, dset_sums) != info["checksum"]:
         raise CheckpointError(f"checkpoint {path}: checksum mismatch in the metadata/checksum attributes "
                               "(file damaged or modified)")
     return info
+
+
+def _check_meta_sizes(meta, n_bodies, path):
+    """Counts in the metadata that a restart uses to size arrays or loops: plausible values only."""
+    def bad(key, why):
+        raise CheckpointError(f"checkpoint {path}: metadata '{key}' {why} (file damaged?)")
+    step = meta.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < 2 ** 32:
+        bad("step", f"is {step!r}, not an integer in [0, 2**32)")
+    for key in ("time", "dt"):
+        v = meta.get(key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
+            bad(key, f"is {v!r}, not a finite number")
+    nr = meta.get("n_ranks_written")
+    if nr is not None and (isinstance(nr, bool) or not isinstance(nr, int) or not 1 <= nr <= 2 ** 24):
+        bad("n_ranks_written", f"is {nr!r}")
+    rs = meta.get("row_starts")
+    if rs is not None:
+        if not isinstance(rs, list) or not all(isinstance(r, int) and not isinstance(r, bool) for r in rs) \
+                or (nr is not None and len(rs) != nr + 1) or any(b < a for a, b in zip(rs, rs[1:])) \
+                or (rs and (rs[0] < 0 or rs[-1] > n_bodies)):
+            bad("row_starts", "is not a non-decreasing list of n_ranks_written + 1 row offsets")
+    ng = meta.get("next_gid")
+    if ng is not None and (isinstance(ng, bool) or not isinstance(ng, int) or not 0 <= ng < 2 ** 53):
+        bad("next_gid", f"is {ng!r}")
+    rcb = meta.get("rcb")
+    if rcb is not None and not isinstance(rcb, dict):
+        bad("rcb", "is not a mapping")
 
 
 def _s(v):
@@ -553,7 +728,9 @@ def read_checkpoint(path, comm, strict_version=False):
             raise CheckpointError(f"checkpoint {path}: checksum mismatch in dataset '/{name}' "
                                   f"(stored {want}, computed {hu.checksum_hex(got)}): file damaged")
 
-    bodies = BodyStore(**{nm: data[f"bodies/{nm}"].astype(FIELDS[nm][0]) for nm in FIELDS})
+    nloc = b1 - b0
+    bodies = BodyStore(**{nm: data[f"bodies/{nm}"].astype(FIELDS[nm][0]) if f"bodies/{nm}" in data
+                          else np.full(nloc, OPTIONAL_BODY_FIELDS[nm], FIELDS[nm][0]) for nm in FIELDS})
     if bodies.n > 1 and np.any(np.diff(bodies.gid) <= 0):
         raise CheckpointError(f"checkpoint {path}: bodies are not in increasing global-id order")
     warm = {k[len("warm/"):]: v for k, v in data.items() if k.startswith("warm/")}

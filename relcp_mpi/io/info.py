@@ -28,6 +28,11 @@ def describe_file(path):
     path = os.fspath(path)
     if not os.path.exists(path):
         return f"{path}: file does not exist"
+    try:
+        _ck.verify_file_checksum(path)       # a damaged checkpoint is never handed to HDF5
+    except _ck.CheckpointError as e:
+        return (f"{path}: relcp_mpi checkpoint\n"
+                f"  checksum    : FAILED: {str(e).split(': ', 1)[-1]} (not opened with HDF5)")
     if not h5py.is_hdf5(path):
         return f"{path}: not an HDF5 file"
     try:

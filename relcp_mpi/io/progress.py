@@ -84,5 +84,6 @@ class Progress:
             f"step {step:>7d}/{self.total} t={t:.4e} | {rate:7.2f} steps/s ETA {format_eta(eta)} | "
             f"constraints {diag.get('constraints', 0):>7d} depth {diag.get('depth', 0):>2d} "
             f"iters {diag.get('iterations', 0):>6d} | max overlap {diag.get('max_overlap', 0.0):.3e} "
-            f"(tol {overlap_tol:.1e})\n")
+            f"(tol {overlap_tol:.1e})" + (f" | pressure {diag['pressure']:.3e}" if "pressure" in diag else "")
+            + "\n")
         self.stream.flush()

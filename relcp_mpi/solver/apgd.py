@@ -16,7 +16,8 @@ Iteration (``P`` = projection onto ``x >= 0``, step ``t = 1/L``)::
 residual and stopping test are the min-map residual of ``x_k`` (same as BBPGD); one fused allreduce per iteration.
 
 Options: ``mu`` (error bound, see :mod:`relcp_mpi.solver.lcp`), ``L`` (skip the power iteration),
-``power_iters``, ``L_safety``, ``restart`` (True).
+``power_iters``, ``L_safety``, ``restart`` (True), ``divergence_every`` / ``divergence_factor`` (early stop of a
+diverging solve, :mod:`.divergence`; 0 = off).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import numpy as np
 
 from relcp_mpi.solver.base import (FusedReducer, LCPSolver, minmap_local, mpi_comm_of, start_projected_gradient,
                                    work_vecs)
+from relcp_mpi.solver.divergence import DivergenceMonitor
 
 __all__ = ["APGD", "estimate_lmax"]
 
@@ -66,7 +68,7 @@ class APGD(LCPSolver):
     """Accelerated projected gradient with adaptive restart (see the module docstring)."""
 
     def solve(self, A, q, x, tol=1e-8, max_iter=10000, raise_on_fail=True, mu=None, L=None, power_iters=10,
-              L_safety=1.05, restart=True, **unused):
+              L_safety=1.05, restart=True, divergence_every=100, divergence_factor=1e4, **unused):
         if unused:
             raise TypeError("apgd: unknown options %s" % sorted(unused))
         st = start_projected_gradient(A, q, x, "apgd", 4)      # x_0 = P(x_in), g(x_0), r_0
@@ -89,6 +91,8 @@ class APGD(LCPSolver):
         Yv[:] = X
         GY[:] = G
         n_backtrack = 0
+        mon = DivergenceMonitor(A, q, x, divergence_every, divergence_factor)
+        diverging = None
         while it < max_iter:
             XO[:] = X
             GO[:] = G
@@ -114,6 +118,9 @@ class APGD(LCPSolver):
             if res <= tol:
                 converged = True
                 break
+            diverging = mon.check(it)
+            if diverging:
+                break
             theta_new = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * theta * theta))
             beta = (theta - 1.0) / theta_new
             theta = theta_new
@@ -128,4 +135,5 @@ class APGD(LCPSolver):
             GY += G
         g.stateIncrease()
         return self.finish(A, q, x, g, converged=converged, iterations=it, residual=res, history=history,
-                      tol=tol, t=1.0 / L, mu=mu, raise_on_fail=raise_on_fail)
+                           tol=tol, t=1.0 / L, mu=mu, raise_on_fail=raise_on_fail,
+                           reason=diverging or "maximum iterations reached")

@@ -14,13 +14,15 @@ back to ``1 / r_{k+1}``.  The local parts of ``s.s``, ``s.y``, ``y.y`` and the l
 with numpy on the Vecs' local arrays and combined with ONE allreduce per iteration (user MPI op: sum + max).
 Work Vecs (g, x_old, g_old) are composed on ``A`` and reused across calls of the same size.
 
-Options: ``mu`` (see :mod:`relcp_mpi.solver.lcp`, error bound), ``step0`` (override the first step).
+Options: ``mu`` (see :mod:`relcp_mpi.solver.lcp`, error bound), ``step0`` (override the first step),
+``divergence_every`` / ``divergence_factor`` (early stop of a diverging solve, :mod:`.divergence`; 0 = off).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from relcp_mpi.solver.base import LCPSolver, minmap_local, start_projected_gradient
+from relcp_mpi.solver.divergence import DivergenceMonitor
 
 __all__ = ["BBPGD"]
 
@@ -28,7 +30,8 @@ __all__ = ["BBPGD"]
 class BBPGD(LCPSolver):
     """Barzilai-Borwein projected gradient (see the module docstring)."""
 
-    def solve(self, A, q, x, tol=1e-8, max_iter=10000, raise_on_fail=True, mu=None, step0=None, **unused):
+    def solve(self, A, q, x, tol=1e-8, max_iter=10000, raise_on_fail=True, mu=None, step0=None,
+              divergence_every=100, divergence_factor=1e4, **unused):
         if unused:
             raise TypeError("bbpgd: unknown options %s" % sorted(unused))
         st = start_projected_gradient(A, q, x, "bbpgd", 3)     # x_0 = P(x_in), g_0, r_0
@@ -41,6 +44,8 @@ class BBPGD(LCPSolver):
         alpha = float(step0) if step0 else (1.0 / res if res > 0 else 1.0)
         converged = res <= tol
         t_last = 1.0
+        mon = DivergenceMonitor(A, q, x, 0 if converged else divergence_every, divergence_factor)
+        diverging = None
         while not converged and it < max_iter:
             it += 1
             XO[:] = X
@@ -59,6 +64,9 @@ class BBPGD(LCPSolver):
             if res <= tol:
                 converged = True
                 break
+            diverging = mon.check(it)
+            if diverging:
+                break
             if sy > 0.0 and np.isfinite(sy):
                 alpha = ss / sy if (it % 2 == 1) else sy / yy
             else:
@@ -67,4 +75,5 @@ class BBPGD(LCPSolver):
                 alpha = 1.0 / res if res > 0 else 1.0
         g.stateIncrease()
         return self.finish(A, q, x, g, converged=converged, iterations=it, residual=res,
-                      history=history, tol=tol, t=t_last, mu=mu, raise_on_fail=raise_on_fail)
+                           history=history, tol=tol, t=t_last, mu=mu, raise_on_fail=raise_on_fail,
+                           reason=diverging or "maximum iterations reached")

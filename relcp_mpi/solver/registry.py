@@ -47,10 +47,11 @@ def solver_class(name):
     return getattr(importlib.import_module(info.module), info.cls)
 
 
-register("bbpgd", "relcp_mpi.solver.bbpgd", "BBPGD", {"step0": float},
+_DIVERGENCE = {"divergence_every": int, "divergence_factor": float}    # early stop, solver/divergence.py
+register("bbpgd", "relcp_mpi.solver.bbpgd", "BBPGD", {"step0": float, **_DIVERGENCE},
          "Barzilai-Borwein projected gradient (default)")
 register("apgd", "relcp_mpi.solver.apgd", "APGD",
-         {"L": float, "power_iters": int, "L_safety": float, "restart": bool},
+         {"L": float, "power_iters": int, "L_safety": float, "restart": bool, **_DIVERGENCE},
          "accelerated projected gradient with adaptive restart")
 for _t in ("bncg", "blmvm", "tron", "bnls", "bntr", "bqnls", "gpcg"):
     register("tao-" + _t, "relcp_mpi.solver.tao", "TaoSolver", {"tao_options": dict, "prefix": str},

@@ -24,17 +24,27 @@ import numpy as np
 
 from relcp_mpi.contact.constraints import ConstraintTable, assemble_D, lookup_keys, match_keys
 from relcp_mpi.bodies.shapes import ELLIPSOID
+from relcp_mpi.contact.line_contacts import (N_PAIR_SLOTS, N_WALL_SLOTS, ring_wall_rows, rod_pair_end_rows,
+                                             rod_wall_cap_rows)
 from relcp_mpi.contact.neighbors import candidate_pairs, wall_candidates
 from relcp_mpi.geometry.contact import pair_snsd, wall_snsd
 from relcp_mpi.geometry.support import separation_lower_bound
 from relcp_mpi.petsc import get_petsc
-from relcp_mpi.solver.lcp import solve_lcp
+from relcp_mpi.solver.lcp import SolverError, solve_lcp
+from relcp_mpi.stepper import lcp_debug
 from relcp_mpi.solver.operator import ContactOperator
 from relcp_mpi.stepper.integrator import advance
 
 
 class RecursionDepthError(RuntimeError):
     """The ReLCP recursion hit ``max_depth`` without meeting the overlap tolerance."""
+
+
+class TrialRangeError(RecursionDepthError):
+    """A trial configuration of the recursion rotates some body by more than ``max_trial_rotation`` in one
+    step: rows built there would carry lever arms and normals far outside the linearisation's validity, so the
+    step is given up at once (and redone with a smaller dt by the driver's halving policy) instead of
+    appending such rows and running the solver to ``max_iter`` on a possibly infeasible grown LCP."""
 
 
 @dataclass
@@ -49,7 +59,10 @@ class StepParams:
     tol: float = 1e-4              # LCP min-map tolerance [L]
     max_iter: int = 100000
     recheck_neighbors: bool = True
+    line_contacts: bool = True     # level-0 end-point / end-cap rows for rods (contact.line_contacts)
+    max_trial_rotation: float = 0.0  # [rad] give a step up when a trial rotates a body more (0 = off)
     geometry_tol: float = 1e-12
+    debug: object = None           # lcp_debug.LcpDebug: LCP dumps and certificate checks (None = off)
 
 
 @dataclass
@@ -258,7 +271,10 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
             ia, ib, geo = ia[near], ib[near], _subset(geo, near)
             wb, ww, wgeo = wb[wnear], ww[wnear], _subset(wgeo, wnear)
             table.append(**_rows(inp, geo, ia, ib, X0, np.zeros(len(ia), np.int64), np.zeros(len(ia))))
-            table.append(**_rows(inp, wgeo, wb, -1 - ww, X0, np.zeros(len(wb), np.int64), np.zeros(len(wb))))
+            if prm.line_contacts and prm.model == "relcp":
+                _line_contact_level0(inp, prm, X0, Q0, ia, ib, geo, wb, ww, wgeo, table)
+            else:
+                table.append(**_rows(inp, wgeo, wb, -1 - ww, X0, np.zeros(len(wb), np.int64), np.zeros(len(wb))))
     # candidate set for the overlap checks: body pairs as (ia, ib), walls as (wb, ww)
     cand_pairs = np.stack([ia, ib], axis=1)
     cand_walls = np.stack([wb, ww], axis=1)
@@ -267,6 +283,7 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
         else np.zeros(len(table))
     depth = 0
     iters_total = 0
+    max_trial_rot = 0.0
     history = []
     rank, size = comm.rank, comm.size
     U_ext = inp.U_ext
@@ -307,10 +324,16 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
         gv.getArray()[:] = np.maximum(gamma, 0.0)
         T.stop("assembly")
         with T.stage("solve"):
-            res = solve_lcp(A, qv, gv, method=prm.method, tol=prm.tol, max_iter=prm.max_iter, raise_on_fail=True)
+            try:
+                res = solve_lcp(A, qv, gv, method=prm.method, tol=prm.tol, max_iter=prm.max_iter,
+                                raise_on_fail=True)
+            except SolverError as exc:           # every rank: dump / explain the failed LCP, then fail
+                lcp_debug.on_failure(prm.debug, exc, comm, D, inp, dt, table, gv.getArray(), depth)
+                raise
         iters_total += res.iterations
         history.append(res.residual)
         gamma = gv.getArray().copy()
+        lcp_debug.on_solve(prm.debug, comm, D, inp, dt, table, gamma, depth, res)
         # ---- trial configuration ----------------------------------------------------------------------
         Fv = D.createVecLeft()
         D.mult(gv, Fv)
@@ -328,7 +351,20 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
         # close a gap of the skin together, no pair outside the candidate set can overlap at the trial
         # configuration and the neighbour search need not be repeated (one scalar allreduce)
         reach = dt * (np.linalg.norm(U_trial[:, :3], axis=1) + np.linalg.norm(U_trial[:, 3:], axis=1) * inp.bound[:n])
-        max_reach = comm.allreduce(float(reach.max(initial=0.0)), op=_MPI().MAX)
+        # rotation of the bodies of the LCP's rows from the start to the trial configuration (the range over which
+        # the rows' lever arms and normals are extrapolated); bodies without rows may rotate freely
+        rot = 2.0 * np.arccos(np.minimum(np.abs(np.einsum("ij,ij->i", Q0, Qt)), 1.0))
+        rows_rot = np.maximum(rot[table.ia], np.where(table.ib >= 0, rot[np.maximum(table.ib, 0)], 0.0))
+        ext = np.array([reach.max(initial=0.0), rows_rot.max(initial=0.0)])
+        comm.Allreduce(_MPI().IN_PLACE, ext, op=_MPI().MAX)
+        max_reach, max_rot = float(ext[0]), float(ext[1])
+        max_trial_rot = max(max_trial_rot, float(max_rot))
+        if prm.max_trial_rotation > 0 and max_rot > prm.max_trial_rotation:      # same decision on every rank
+            T.stop("recursion")
+            raise TrialRangeError(
+                f"ReLCP trial configuration at recursion level {depth} rotates a body by "
+                f"{np.degrees(max_rot):.1f} deg in one step (> contact.max_trial_rotation "
+                f"{np.degrees(prm.max_trial_rotation):.1f} deg): outside the linearisation's validity")
         if prm.recheck_neighbors and 2.0 * max_reach > prm.skin:
             na, nb, nwb, nww = _candidates(inp, Xt, prm.skin)
             cand_pairs = _union_pairs(cand_pairs, na, nb, len(inp.gid))
@@ -365,13 +401,13 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
         depth += 1
         # ---- append rows for the offending pairs (geometry at the trial configuration) ------------------
         level_start = len(table)
-        sub_counts = _next_sub(table, inp.gid[pa[bad_p]], inp.gid[pb[bad_p]])
+        sub_counts = _next_sub(table, inp.gid[pa[bad_p]], inp.gid[pb[bad_p]], first=N_PAIR_SLOTS)
         sel = _subset(tgeo, bad_p)
         table.append(**_rows(inp, sel, pa[bad_p], pb[bad_p], Xt, sub_counts, np.zeros(bad_p.sum())),
                      level=np.full(int(bad_p.sum()), depth))
         wsel = _subset(twgeo, bad_w)
         wb_, ww_ = cw[bad_w, 0], cw[bad_w, 1]
-        sub_w = _next_sub(table, inp.gid[wb_], -1 - ww_)
+        sub_w = _next_sub(table, inp.gid[wb_], -1 - ww_, first=N_WALL_SLOTS)
         table.append(**_rows(inp, wsel, wb_, -1 - ww_, Xt, sub_w, np.zeros(bad_w.sum())),
                      level=np.full(int(bad_w.sum()), depth))
         gamma = np.concatenate([gamma, np.zeros(len(table) - level_start)])
@@ -379,7 +415,7 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
     n_global, n_active = comm.allreduce(np.array([len(table), int(np.count_nonzero(gamma > 0))]))
     diag = dict(constraints=int(n_global), active=int(n_active), depth=int(depth), iterations=int(iters_total),
                 max_overlap=float(max(0.0, -min_sep)) if np.isfinite(min_sep) else 0.0,
-                residual=float(max(history) if history else 0.0))
+                residual=float(max(history) if history else 0.0), trial_rotation=float(np.degrees(max_trial_rot)))
     # next step's geometry hints: the latest normal of each body-pair row's pair (evaluated at the committed
     # configuration when the pair was in the last trial check); wall rows keep their own normal
     hint = table.normal.copy()
@@ -402,6 +438,24 @@ def _multisphere_level0(inp, prm, X, Q, ia, ib, wb, ww, table):
     table.append(**_rows(inp, w["geo"], bw, -1 - iw, X, np.asarray(w["sub"], np.int64), np.zeros(len(bw))))
 
 
+def _line_contact_level0(inp, prm, X, Q, ia, ib, geo, wb, ww, wgeo, table):
+    """Level-0 rows of line contacts (:mod:`relcp_mpi.contact.line_contacts`): end-point rows of rod pairs
+    next to their SNSD rows (already in ``table``), the wall rows of rods as one row per end cap (the SNSD wall
+    row of a rod is one of its caps), and three more centre-circle rows of rings next to their SNSD wall row;
+    other bodies keep their SNSD wall row."""
+    pair, sub, g = rod_pair_end_rows(inp.kind, inp.shape, X, Q, ia, ib, geo, prm.skin)
+    table.append(**_rows(inp, g, ia[pair], ib[pair], X, sub, np.zeros(len(pair))))
+    cand, wsub, wg = rod_wall_cap_rows(inp.kind, inp.shape, X, Q, wb, ww, inp.wall_points, inp.wall_normals,
+                                       prm.skin)
+    other = np.ones(len(wb), bool)
+    other[cand] = False
+    table.append(**_rows(inp, _subset(wgeo, other), wb[other], -1 - ww[other], X,
+                         np.zeros(int(other.sum()), np.int64), np.zeros(int(other.sum()))))
+    table.append(**_rows(inp, wg, wb[cand], -1 - ww[cand], X, wsub, np.zeros(len(cand))))
+    cand, wsub, wg = ring_wall_rows(inp.kind, inp.shape, X, Q, wb, ww, inp.wall_points, inp.wall_normals, prm.skin)
+    table.append(**_rows(inp, wg, wb[cand], -1 - ww[cand], X, wsub, np.zeros(len(cand))))
+
+
 def _union_pairs(pairs, a, b, base):
     """Sorted union of index pairs (k, 2) with new pairs (a, b), via int64 keys a*base + b."""
     keys = np.concatenate([pairs[:, 0] * base + pairs[:, 1], a * base + b])
@@ -415,8 +469,10 @@ def _subset(geo, mask):
                            converged=geo.converged[mask])
 
 
-def _next_sub(table, gi, gj):
-    """Sub-contact index for new rows of pairs (gi, gj): 1 + the largest existing sub of that pair."""
+def _next_sub(table, gi, gj, first=1):
+    """Sub-contact index for new rows of pairs (gi, gj): 1 + the largest existing sub of that pair, and at
+    least ``first`` (the numbers below it are the fixed level-0 slots of :mod:`relcp_mpi.contact.line_contacts`,
+    so a row appended in one step never takes the warm-start key of a level-0 row of the next step)."""
     if len(gi) == 0:
         return np.zeros(0, np.int64)
     keys = np.empty(len(gi), dtype=[("a", np.int64), ("b", np.int64)])
@@ -427,7 +483,7 @@ def _next_sub(table, gi, gj):
     tk_s, sub_s = tk[order], table.sub[order]
     pos = np.searchsorted(tk_s, keys, side="right") - 1
     ok = (pos >= 0) & (tk_s[np.maximum(pos, 0)] == keys)
-    return np.where(ok, sub_s[np.maximum(pos, 0)] + 1, 0).astype(np.int64)
+    return np.maximum(np.where(ok, sub_s[np.maximum(pos, 0)] + 1, 0), first).astype(np.int64)
 
 
 def _MPI():

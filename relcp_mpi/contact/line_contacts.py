@@ -1,0 +1,156 @@
+"""Extra level-0 rows for line contacts of spherocylinders (rods against rods and against walls).
+
+Why: the ReLCP finite-termination argument assumes strictly convex bodies.  A spherocylinder is not: two
+side-by-side parallel rods, or a rod lying on a wall, touch along a segment, and the single shared-normal
+(SNSD) row of such a pair sits at one point of it.  That row does not resist the rod pivoting about it, so the
+first solve of a dense step can tilt rods by tens of degrees; the rows the recursion then appends at those far
+trial configurations carry lever arms and normals of a configuration the step never reaches and can contradict
+the level-0 rows (measured: grown colony LCPs without any solution, docs/ARCHITECTURE.md, "Dense packings").
+
+What: every row added here is a *necessary* condition of nonpenetration evaluated exactly at the start
+configuration, so the feasible set of the step is not reduced and nothing is over-constrained:
+
+* rod - wall: the distance of a capsule to a plane is attained at one of its two end caps, so the wall row of
+  a rod is replaced by one row per end cap (cap centre ``c +- h a``, radius R).  The two rows together are
+  *equivalent* to the smooth-surface condition (min of the two >= 0), and each stays exact under any rigid
+  motion of the rod up to the linearisation of its own lever arm.
+* rod - rod: the core-core distance is the minimum over the interior closest pair (when the cores cross) and
+  the four end-point-to-segment distances; each end point of one rod (a sphere of the rod's radius) against the
+  other rod gives a row with sep = dist(end, core) - R_i - R_j >= the pair's separation.  Rows identical to the
+  pair's SNSD row (whose closest point is already an end point) are dropped.
+
+* ring - wall: a ring lying on a wall touches it along its whole centre circle.  Besides its SNSD wall row (the
+  lowest point of the tube, angle phi* on the centre circle, sub 0) the ring gets rows at phi* + 90, 180 and 270
+  degrees (subs 1-3): sep = n . (c(phi) - w) - r for the centre-circle point c(phi), each >= the ring's wall
+  separation (a necessary condition); a ring tilted away from the wall keeps only the rows within the skin.
+
+Rows are kept only where their separation is within the skin (as for the SNSD rows).  Sub-contact numbers are
+fixed slots so that warm starts match across steps: body pairs: SNSD 0, end -h / +h of i: 1 / 2, end -h / +h
+of j: 3 / 4; rod - wall: cap -h: 0, cap +h: 1.  Rows appended by the recursion take larger numbers.
+"""
+import numpy as np
+
+from relcp_mpi.bodies.shapes import RING, SPHEROCYLINDER
+from relcp_mpi.geometry import quaternion
+from relcp_mpi.geometry.contact import ContactGeometry
+from relcp_mpi.geometry.spherocylinder import capsule_capsule
+
+N_PAIR_SLOTS = 5          # sub-contact numbers 0..4 are level-0 slots of a body pair
+N_WALL_SLOTS = 4          # 0..1 for a rod against a wall, 0..3 for a ring
+
+
+def _axis_half(kind, shape, Q):
+    """Unit axes (m, 3) and half lengths h = L/2 (m,) of spherocylinders given their quaternions."""
+    a = quaternion.to_matrix(Q)[:, :, 2]
+    return a, 0.5 * shape[:, 1]
+
+
+def rod_pair_end_rows(kind, shape, X, Q, ia, ib, geo, skin, dup_tol=1e-12):
+    """End-point rows of rod-rod pairs (see module docstring).
+
+    kind (m,), shape (m, 3), X (m, 3), Q (m, 4): combined body arrays; ``ia``, ``ib`` (p,) the pairs that have
+    an SNSD row ``geo`` (ContactGeometry of length p).  Returns ``(pair (r,), sub (r,), ContactGeometry (r))``:
+    for each extra row the index into the pair list, its slot (1..4) and its geometry (normal from j to i,
+    witness points on the two surfaces, sep [L]).
+    """
+    rods = np.flatnonzero((kind[ia] == SPHEROCYLINDER) & (kind[ib] == SPHEROCYLINDER)
+                          & (shape[ia, 1] > 0) & (shape[ib, 1] > 0))
+    if len(rods) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), _empty()
+    i, j = ia[rods], ib[rods]
+    a_i, h_i = _axis_half(kind[i], shape[i], Q[i])
+    a_j, h_j = _axis_half(kind[j], shape[j], Q[j])
+    R_i, R_j = shape[i, 0], shape[j, 0]
+    zero = np.zeros(len(rods))
+    parts = []
+    for slot, end_of_i, sgn in ((1, True, -1.0), (2, True, 1.0), (3, False, -1.0), (4, False, 1.0)):
+        if end_of_i:      # end sphere of i (core of half length 0) against the core of j
+            e = X[i] + (sgn * h_i)[:, None] * a_i
+            r = capsule_capsule(e, a_i, zero, R_i, X[j], a_j, h_j, R_j)
+        else:             # core of i against the end sphere of j
+            e = X[j] + (sgn * h_j)[:, None] * a_j
+            r = capsule_capsule(X[i], a_i, h_i, R_i, e, a_j, zero, R_j)
+        parts.append((np.full(len(rods), slot), r))
+    sub = np.concatenate([p[0] for p in parts])
+    pair = np.tile(rods, 4)
+    sep, nrm, p_i, p_j = (np.concatenate([p[1][k] for p in parts]) for k in range(4))
+    # drop rows outside the skin and rows that coincide with the pair's own SNSD row
+    scale = (R_i + R_j + h_i + h_j)[np.tile(np.arange(len(rods)), 4)]
+    same = (np.linalg.norm(p_i - geo.p_i[pair], axis=1) + np.linalg.norm(p_j - geo.p_j[pair], axis=1)
+            <= dup_tol * scale)
+    keep = (sep <= skin) & ~same
+    g = ContactGeometry(sep=sep[keep], normal=nrm[keep], p_i=p_i[keep], p_j=p_j[keep],
+                        converged=np.ones(int(keep.sum()), bool))
+    return pair[keep], sub[keep].astype(np.int64), g
+
+
+def rod_wall_cap_rows(kind, shape, X, Q, wb, ww, wall_points, wall_normals, skin):
+    """End-cap rows of rods against walls (see module docstring).
+
+    ``wb`` (w,) body indices, ``ww`` (w,) wall indices of the candidate rod-wall pairs (only rods with L > 0 are
+    used).  Returns ``(cand (r,), sub (r,), ContactGeometry (r))``: index into the candidate list, slot (0 for
+    the cap at -h, 1 at +h) and geometry (normal = wall normal, p_j = projection of p_i on the plane).
+    """
+    rods = np.flatnonzero((kind[wb] == SPHEROCYLINDER) & (shape[wb, 1] > 0))
+    if len(rods) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), _empty()
+    b = wb[rods]
+    a, h = _axis_half(kind[b], shape[b], Q[b])
+    n = wall_normals[ww[rods]]
+    w = wall_points[ww[rods]]
+    R = shape[b, 0]
+    out = []
+    for slot, sgn in ((0, -1.0), (1, 1.0)):
+        e = X[b] + (sgn * h)[:, None] * a
+        p_i = e - R[:, None] * n
+        sep = np.einsum("ij,ij->i", n, p_i - w)
+        out.append((slot, sep, p_i, p_i - sep[:, None] * n))
+    cand = np.tile(rods, 2)
+    sub = np.repeat([o[0] for o in out], len(rods))
+    sep = np.concatenate([o[1] for o in out])
+    p_i = np.concatenate([o[2] for o in out])
+    p_j = np.concatenate([o[3] for o in out])
+    nrm = np.tile(n, (2, 1))
+    keep = sep <= skin
+    g = ContactGeometry(sep=sep[keep], normal=nrm[keep], p_i=p_i[keep], p_j=p_j[keep],
+                        converged=np.ones(int(keep.sum()), bool))
+    return cand[keep], sub[keep].astype(np.int64), g
+
+
+def ring_wall_rows(kind, shape, X, Q, wb, ww, wall_points, wall_normals, skin):
+    """Extra wall rows of rings (see module docstring): centre-circle points at 90, 180 and 270 degrees from the
+    lowest one.  Arguments as :func:`rod_wall_cap_rows`; returns ``(cand (r,), sub (r,) in 1..3, ContactGeometry)``.
+    """
+    rings = np.flatnonzero(kind[wb] == RING)
+    if len(rings) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), _empty()
+    b = wb[rings]
+    Rm = quaternion.to_matrix(Q[b])
+    z = Rm[:, :, 2]
+    n = wall_normals[ww[rings]]
+    w = wall_points[ww[rings]]
+    Rc, r = shape[b, 0], shape[b, 1]
+    # direction of the lowest centre-circle point in the ring plane (flat ring: body x axis, as the SNSD row)
+    d = -(n - np.einsum("ij,ij->i", n, z)[:, None] * z)
+    nd = np.linalg.norm(d, axis=1)
+    flat = nd <= 32.0 * np.finfo(float).eps
+    e0 = np.where(flat[:, None], Rm[:, :, 0], d / np.where(flat, 1.0, nd)[:, None])
+    e1 = np.cross(z, e0)
+    out = []
+    for slot, e in ((1, e1), (2, -e0), (3, -e1)):
+        p_i = X[b] + Rc[:, None] * e - r[:, None] * n
+        sep = np.einsum("ij,ij->i", n, p_i - w)
+        out.append((slot, sep, p_i, p_i - sep[:, None] * n))
+    cand = np.tile(rings, 3)
+    sub = np.repeat([o[0] for o in out], len(rings))
+    sep = np.concatenate([o[1] for o in out])
+    p_i = np.concatenate([o[2] for o in out])
+    p_j = np.concatenate([o[3] for o in out])
+    keep = sep <= skin
+    g = ContactGeometry(sep=sep[keep], normal=np.tile(n, (3, 1))[keep], p_i=p_i[keep], p_j=p_j[keep],
+                        converged=np.ones(int(keep.sum()), bool))
+    return cand[keep], sub[keep].astype(np.int64), g
+
+
+def _empty():
+    return ContactGeometry(np.zeros(0), np.zeros((0, 3)), np.zeros((0, 3)), np.zeros((0, 3)), np.zeros(0, bool))

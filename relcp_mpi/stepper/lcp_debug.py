@@ -1,0 +1,95 @@
+"""Debug hooks of the ReLCP step: dump grown LCPs and explain failed solves with a certificate.
+
+Deck section ``debug`` (see :mod:`relcp_mpi.config.deck`)::
+
+    debug: {dump_lcp: DIR, dump_on: fail | always, check_on_fail: true, check_rows: 5000}
+
+* ``dump_lcp``: directory for LCP dumps (:mod:`relcp_mpi.contact.lcp_dump`, one ``.npz`` per solve:
+  ``lcp_step<step>_level<depth>.npz`` after every solve with ``dump_on: always``,
+  ``lcp_step<step>_level<depth>_fail.npz`` when a solve fails; a repeated name, e.g. a step redone at dt/2,
+  gets a ``_<k>`` suffix).
+* ``check_on_fail``: when a solve raises :class:`relcp_mpi.solver.lcp.SolverError`, gather the LCP on rank 0
+  and search an infeasibility certificate (:mod:`relcp_mpi.solver.certificate`): over the whole LCP when it has
+  at most ``check_rows`` rows, else over the neighbourhood of the bodies with the largest multipliers.  The
+  verdict ("infeasible, rows: ..." or "no certificate found ...") is appended to the error message on every
+  rank.
+
+Every function here is collective (called by all ranks in the same branch of the step).
+"""
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class LcpDebug:
+    dump_dir: str = None
+    dump_on: str = "fail"
+    check_on_fail: bool = True
+    check_rows: int = 5000
+    step: int = 0                   # label of the step being solved (set by the driver)
+
+    @classmethod
+    def from_deck(cls, section):
+        s = section or {}
+        return cls(dump_dir=s.get("dump_lcp"), dump_on=s.get("dump_on") or "fail",
+                   check_on_fail=bool(s.get("check_on_fail", True)), check_rows=int(s.get("check_rows") or 5000))
+
+
+def _gather(comm, D, inp, dt, table, gamma, info):
+    from relcp_mpi.contact.lcp_dump import gather_lcp
+    n = inp.n_owned
+    return gather_lcp(comm, D, inp.blocks, dt, table.q, gamma, table, inp.gid[:n], info)
+
+
+def _path(dbg, depth, fail):
+    base = os.path.join(dbg.dump_dir, f"lcp_step{dbg.step:06d}_level{depth:02d}{'_fail' if fail else ''}")
+    path, k = base + ".npz", 1
+    while os.path.exists(path):
+        path, k = f"{base}_{k}.npz", k + 1
+    return path
+
+
+def _save(dbg, data, depth, fail):
+    from relcp_mpi.contact.lcp_dump import save_lcp
+    os.makedirs(dbg.dump_dir, exist_ok=True)
+    return save_lcp(_path(dbg, depth, fail), data)
+
+
+def on_solve(dbg, comm, D, inp, dt, table, gamma, depth, res):
+    """After a successful solve: dump it when ``dump_on == 'always'``."""
+    if dbg is None or not dbg.dump_dir or dbg.dump_on != "always":
+        return
+    info = dict(step=dbg.step, depth=depth, method=res.method, residual=res.residual, iterations=res.iterations,
+                converged=True)
+    data = _gather(comm, D, inp, dt, table, gamma, info)
+    if comm.rank == 0:
+        _save(dbg, data, depth, False)
+
+
+def on_failure(dbg, exc, comm, D, inp, dt, table, gamma, depth):
+    """A solve raised ``exc`` (SolverError) on every rank: dump the LCP and/or append a certificate verdict to
+    the error message (``exc.args``; also ``exc.lcp_report``, and ``exc.lcp_dump`` the dump path or None)."""
+    if dbg is None or not (dbg.dump_dir or dbg.check_on_fail):
+        return
+    info = dict(step=dbg.step, depth=depth, method=exc.method, residual=exc.residual, iterations=exc.iterations,
+                converged=False)
+    data = _gather(comm, D, inp, dt, table, np.asarray(gamma, float), info)
+    report, path = "", None
+    if comm.rank == 0:
+        # rank 0 works alone here; any failure of the diagnosis becomes part of the message (no rank may hang)
+        try:
+            if dbg.dump_dir:
+                path = _save(dbg, data, depth, True)
+            if dbg.check_on_fail:
+                from relcp_mpi.solver.certificate import check_dump, describe
+                report = describe(check_dump(data, max_rows=dbg.check_rows), data)
+        except Exception as e:  # noqa: BLE001
+            report = f"(LCP diagnosis failed: {type(e).__name__}: {e})"
+    report, path = comm.bcast((report, path), root=0)
+    exc.lcp_report, exc.lcp_dump = report, path
+    extra = (f"\nLCP of step {dbg.step}, level {depth}: {report}" if report else "") + \
+        (f"\nLCP dumped to {path}" if path else "")
+    if extra:
+        exc.args = (str(exc) + extra,) + tuple(exc.args[1:])
