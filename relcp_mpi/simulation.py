@@ -44,6 +44,16 @@ def _deck_and_text(deck):
     return validate(copy.deepcopy(deck)), ""
 
 
+def _from_state(name, doc, settable=False):
+    """A property of Simulation reading (and with ``settable`` writing) ``self.state.<name>``."""
+    def get(self):
+        return getattr(self.state, name)
+
+    def put(self, value):
+        setattr(self.state, name, value)
+    return property(get, put if settable else None, doc=doc)
+
+
 class Simulation:
     """One ReLCP run described by a validated deck (see :mod:`relcp_mpi.config.deck`).
 
@@ -103,47 +113,15 @@ class Simulation:
 
     # ------------------------------------------------------------------------------------------------
     # read access (the run state lives in self.state)
-    @property
-    def bodies(self):
-        """This rank's bodies (:class:`relcp_mpi.bodies.store.BodyStore`, sorted by gid after each step)."""
-        return self.state.bodies
-
-    @property
-    def step(self):
-        return self.state.step
-
-    @property
-    def time(self):
-        return self.state.time
-
-    @property
-    def dt(self):
-        return self.state.dt
-
-    @property
-    def n_global(self):
-        """Number of bodies over all ranks."""
-        return self.state.n_global
-
-    @property
-    def next_gid(self):
-        return self.state.next_gid
-
-    @property
-    def skin(self):
-        return self.state.skin
-
-    @property
-    def n_rebalances(self):
-        return self.state.n_rebalances
-
-    @property
-    def warm(self):
-        return self.state.warm
-
-    @warm.setter
-    def warm(self, value):
-        self.state.warm = value
+    bodies = _from_state("bodies", "this rank's bodies (BodyStore, sorted by gid after each step)")
+    step = _from_state("step", "steps done")
+    time = _from_state("time", "simulated time [T]")
+    dt = _from_state("dt", "the deck's time step [T]")
+    n_global = _from_state("n_global", "number of bodies over all ranks")
+    next_gid = _from_state("next_gid", "global id of the next new body")
+    skin = _from_state("skin", "neighbour-search skin [L]")
+    n_rebalances = _from_state("n_rebalances", "RCB rebalances so far")
+    warm = _from_state("warm", "warm-start table (keys, values) of the last step", settable=True)
 
     @property
     def timer(self):
