@@ -18,7 +18,7 @@ Top-level sections (defaults in ``SCHEMA``)::
     generate: list of generators (see GENERATOR_KEYS): lattice or random placement
     contact:  {model: relcp | snsd | multisphere, overlap_tol, skin, max_depth, initial_overlap_tol,
                ms_resolution (proxy spheres per body for the multisphere baseline), recheck_neighbors}
-    solver:   {method: bbpgd|apgd|tao-bncg|tao-blmvm, tol, max_iter, petsc_options: [str]}
+    solver:   {method: bbpgd|apgd|ipm|tao-bncg|tao-blmvm, tol, max_iter, petsc_options: [str]}
     parallel: {decomposition: cartesian|rcb, rebalance_every, imbalance_threshold}
     output:   {directory, trajectory_every, checkpoint_every, keep_checkpoints, progress_every, restart}
 
@@ -123,7 +123,7 @@ SCHEMA = {
         "recheck_neighbors": (BOOL, True, None),
     },
     "solver": {
-        "method": (STR, "bbpgd", _choice("bbpgd", "apgd", "tao-bncg", "tao-blmvm", "tao-tron")),
+        "method": (STR, "bbpgd", _choice("bbpgd", "apgd", "ipm", "tao-bncg", "tao-blmvm", "tao-tron")),
         "tol": (FLOAT, None, _pos),
         "max_iter": (INT, 100000, _pos),
         "petsc_options": (ANY, [], _str_list),
