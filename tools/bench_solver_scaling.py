@@ -13,6 +13,9 @@ the colony has held at least each target cell count for ``--settle`` steps, as `
   ``q`` and the warm start ``x0`` to rank 0 (collective on every rank, then the original solve runs).  The npz
   keys are ``indptr, indices, data, shape, blocks, q, x0, dt, cells`` (:func:`save_lcp` / :func:`load_lcp`).
 
+  With ``--all-levels`` every LCP of that step is saved (``colony_<cells>_L<level>.npz``): the grown LCPs of
+  the ReLCP recursion, which are the hard ones.
+
 ``bench`` -- solve saved LCPs (``--lcps`` files or directories) with each method from the same initial guess
 (zero, or the saved warm start with ``--warm``) at one tolerance and print iterations, residual and wall time::
 
@@ -106,7 +109,7 @@ def capture(a):
     deck["output"]["progress_every"] = 0
     targets = sorted(int(t) for t in a.targets.split(","))
     os.makedirs(a.out, exist_ok=True)
-    state = {"want": None}
+    state = {"want": None, "level": 0}
     orig = stepper.solve_lcp
 
     def wrapper(A, q, x, **kw):
@@ -114,11 +117,14 @@ def capture(a):
             lcp = _gather_lcp(A, q, x, comm)
             if comm.rank == 0:
                 cells = lcp["blocks"].shape[0]
-                path = os.path.join(a.out, "colony_%d.npz" % cells)
+                path = os.path.join(a.out, "colony_%d%s.npz" % (cells, "_L%d" % state["level"] if a.all_levels
+                                                                     else ""))
                 save_lcp(path, dt=sim.dt, cells=cells, **lcp)
                 print("saved %s: %d cells, %d rows, min q %.3g" % (path, cells, lcp["shape"][1], lcp["q"].min()),
                       flush=True)
-            state["want"] = None
+            state["level"] += 1
+            if not a.all_levels:
+                state["want"] = None
         return orig(A, q, x, **kw)
 
     stepper.solve_lcp = wrapper
@@ -133,7 +139,9 @@ def capture(a):
                     reached.setdefault(t, sim.step)
             if targets[0] in reached and sim.step - reached[targets[0]] >= a.settle:
                 state["want"] = targets.pop(0)
+            state["level"] = 0
             sim.step_once()
+            state["want"] = None
             if comm.rank == 0 and sim.step % 50 == 0:
                 print("step %d cells %d wall %.0f s" % (sim.step, sim.n_global, time.perf_counter() - t0),
                       flush=True)
@@ -190,6 +198,8 @@ def main():
     c.add_argument("--targets", default="1024,2048,4096")
     c.add_argument("--settle", type=int, default=10, help="steps after reaching a target before capturing")
     c.add_argument("--out", default="/tmp/relcp_lcps")
+    c.add_argument("--all-levels", action="store_true",
+                   help="save every recursion level's (grown) LCP of the step as colony_<cells>_L<level>.npz")
     b = sub.add_parser("bench")
     b.add_argument("--lcps", default="/tmp/relcp_lcps")
     b.add_argument("--methods", default="apgd,bbpgd,ipm")
