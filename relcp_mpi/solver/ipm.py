@@ -29,7 +29,7 @@ Newton systems, two forms chosen by the operator:
   mobility blocks): with ``Theta = Lambda^{-1} = diag(g / w)`` the Sherman-Morrison-Woodbury identity gives
   ``(Lambda + D^T Mt D)^{-1} b = Theta (b - D^T v)`` with ``K v = D Theta b``, ``K = Mt^{-1} + D Theta D^T``:
   a body-dof (6 per body) SPD matrix, the stiffness matrix of the contact network with spring constant g/w per
-  contact.  K is assembled each Newton step (``Ds = D Theta^{1/2}``, ``Ds Ds^T`` by MatMatTransposeMult, plus the
+  contact.  K is assembled each Newton step (``Ds = D Theta^{1/2}``, ``Ds Ds^T`` by MatTranspose + MatMatMult, plus the
   block-diagonal ``Mt^{-1}``, block size 6) and solved (``pc_type`` below).  If ``K v`` misses its right-hand
   side by ``s``, the Newton equation for the complementarity products is missed by exactly ``g * (D^T Mt s)``
   (componentwise) while the linear residual ``r`` stays exact (dw is formed as ``A dg + r``), so an inexact
@@ -105,6 +105,7 @@ class _BodySystem:
         self.Minv = _block_diag_mat(self.D, _inverse_blocks(A.blocks))
         self.Ds = self.D.duplicate(copy=True)
         self.P = None
+        self.Dst = None
         self.K = None
         self.sv = self.D.createVecRight()        # sqrt(theta), constraint layout
         self.tv = self.D.createVecRight()        # theta b, then D^T v
@@ -116,12 +117,15 @@ class _BodySystem:
         self.sv.stateIncrease()
         self.D.copy(self.Ds, structure=PETSc.Mat.Structure.SAME_NONZERO_PATTERN)
         self.Ds.diagonalScale(R=self.sv)
+        # Ds Ds^T through an explicit transpose: MatMatTransposeMult's reuse path fails for MPIAIJ in PETSc 3.18
         if self.P is None:
-            self.P = self.Ds.matTransposeMult(self.Ds)
+            self.Dst = self.Ds.transpose(PETSc.Mat())      # (petsc4py: transpose() without out is in place)
+            self.P = self.Ds.matMult(self.Dst)
             self.K = self.Minv.copy()
             self.K.axpy(1.0, self.P, structure=PETSc.Mat.Structure.DIFFERENT_NONZERO_PATTERN)
         else:
-            self.Ds.matTransposeMult(self.Ds, result=self.P)
+            self.Ds.transpose(self.Dst)
+            self.Ds.matMult(self.Dst, result=self.P)
             self.K.zeroEntries()
             self.K.axpy(1.0, self.Minv, structure=PETSc.Mat.Structure.SUBSET_NONZERO_PATTERN)
             self.K.axpy(1.0, self.P, structure=PETSc.Mat.Structure.SUBSET_NONZERO_PATTERN)
@@ -139,7 +143,7 @@ class _BodySystem:
         return self.theta * (b - self.tv.getArray(readonly=True)), self.ksp.getIterationNumber()
 
     def destroy(self):
-        for o in (self.Minv, self.Ds, self.P, self.K, self.sv, self.tv, self.rhs, self.v):
+        for o in (self.Minv, self.Ds, self.Dst, self.P, self.K, self.sv, self.tv, self.rhs, self.v):
             if o is not None:
                 o.destroy()
 
