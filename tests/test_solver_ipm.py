@@ -68,9 +68,8 @@ def test_colony_lcp_ipm_agrees_with_bbpgd_and_apgd():
         o.destroy()
 
 
-@pytest.mark.parametrize("pc_type", ["hypre", "jacobi"])
-def test_cg_variants_agree(pc_type, rng):
-    nb, nc = 15, 50
+def contact_problem(nb, nc, rng):
+    """Random contact LCP with a known solution: (Dd, blocks, A, x0, q, operator, q Vec)."""
     Dd = contact_D(nb, nc, rng)
     blocks = spd_blocks(nb, rng)
     A = Dd.T @ block_diag(blocks) @ Dd
@@ -78,6 +77,12 @@ def test_cg_variants_agree(pc_type, rng):
     op, _ = contact_op(Dd, blocks)
     qv = op.createVecLeft()
     qv.getArray()[:] = q
+    return Dd, blocks, A, x0, q, op, qv
+
+
+@pytest.mark.parametrize("pc_type", ["hypre", "jacobi"])
+def test_cg_variants_agree(pc_type, rng):
+    _, _, A, x0, q, op, qv = contact_problem(15, 50, rng)
     r, xs = solve(op, qv, "ipm", tol=1e-9, pc_type=pc_type, ksp_rtol=1e-12)
     assert r.converged and r.inner_iterations > r.iterations   # CG iterations counted
     check_complementarity(A, q, xs, 1e-9)
@@ -114,13 +119,7 @@ def test_infeasible_lcp_raises_solver_error():
 
 def test_ksp_persists_across_calls_and_operator_updates(rng):
     nb, nc = 10, 30
-    Dd = contact_D(nb, nc, rng)
-    blocks = spd_blocks(nb, rng)
-    A = Dd.T @ block_diag(blocks) @ Dd
-    _, q = known_solution_lcp(A, rng)
-    op, _ = contact_op(Dd, blocks)
-    qv = op.createVecLeft()
-    qv.getArray()[:] = q
+    Dd, blocks, _, _, _, op, qv = contact_problem(nb, nc, rng)
     solve(op, qv, "ipm", tol=1e-9)
     ksp = op.query("relcp_ipm_ksp")
     assert ksp is not None

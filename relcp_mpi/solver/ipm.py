@@ -63,7 +63,8 @@ from __future__ import annotations
 import numpy as np
 
 from relcp_mpi.petsc import get_petsc
-from relcp_mpi.solver.lcp import FusedReducer, SolverError, finish, minmap_local, mpi_comm_of, work_vecs
+from relcp_mpi.solver.lcp import (FusedReducer, SolverError, finish, minmap_local, mpi_comm_of,
+                                  start_projected_gradient)
 
 PETSc = get_petsc()
 
@@ -228,20 +229,11 @@ def solve_ipm(A, q, x, tol=1e-8, max_iter=10000, raise_on_fail=True, mu=None, ma
     body_form = hasattr(A, "D") and hasattr(A, "blocks")
     if not body_form and A.getType() in ("python", "shell"):
         raise ValueError("ipm: A must be a ContactOperator or an assembled matrix (got a shell without D)")
-    gv, dgv, agv, adv = work_vecs(A, "ipm", x, 4)
-    red = FusedReducer(comm, 0, 1)
+    st = start_projected_gradient(A, q, x, "ipm", 4, nsum=0)   # x_0 = P(x_in), g_0 = A x_0 + q, r_0
+    gv, dgv, agv, adv = st.vecs
+    red, X, Q, res, history = st.red, st.X, st.Q, st.residual, st.history
     red_mu = FusedReducer(comm, 1, 0)
     red_step = FusedReducer(comm, 0, 2)
-    X = x.getArray()
-    Q = q.getArray(readonly=True)
-    np.maximum(X, 0.0, out=X)
-    x.stateIncrease()
-    A.mult(x, gv)
-    G = gv.getArray()
-    G += Q
-    gv.stateIncrease()
-    _, (res,) = red.reduce([], [minmap_local(X, G)])
-    history = [res]
     if res <= tol:
         return finish(A, q, x, gv, method="ipm", converged=True, iterations=0, residual=res, history=history,
                       tol=tol, t=1.0, mu=mu, raise_on_fail=raise_on_fail)
