@@ -10,7 +10,7 @@ from relcp_mpi.solver.operator import ContactOperator, assemble_D
 
 PETSc = get_petsc()
 SELF = PETSc.COMM_SELF
-ALL = ["bbpgd", "apgd", "tao-bncg", "tao-blmvm", "tao-tron"]
+ALL = ["bbpgd", "apgd", "ipm", "tao-bncg", "tao-blmvm", "tao-tron"]
 TOL = 1e-8
 
 

@@ -21,7 +21,7 @@ Top-level sections (defaults in ``SCHEMA``)::
                line_contacts (relcp: level-0 rows at both ends of rod-rod and rod-wall line contacts),
                max_trial_rotation (rad; with time.max_halvings > 0 a step whose recursion tries a rotation
                larger than this is redone at dt/2 at once; 0 = never)}
-    solver:   {method: bbpgd|apgd|tao-bncg|tao-blmvm, tol, max_iter, petsc_options: [str]}
+    solver:   {method: bbpgd|apgd|ipm|tao-bncg|tao-blmvm, tol, max_iter, petsc_options: [str]}
     parallel: {decomposition: cartesian|rcb, rebalance_every, imbalance_threshold}
     output:   {directory, trajectory_every, format: hdf5 | gsd | [hdf5, gsd] (trajectory files <name>.h5 (+ .xdmf)
                and/or <name>.gsd; normalised to a list), checkpoint_every, keep_checkpoints, progress_every,
@@ -191,7 +191,7 @@ SCHEMA = {
         "max_trial_rotation": (FLOAT, 0.35, _nonneg),
     },
     "solver": {
-        "method": (STR, "bbpgd", _choice("bbpgd", "apgd", "tao-bncg", "tao-blmvm", "tao-tron")),
+        "method": (STR, "bbpgd", _choice("bbpgd", "apgd", "ipm", "tao-bncg", "tao-blmvm", "tao-tron")),
         "tol": (FLOAT, None, _pos),
         "max_iter": (INT, 100000, _int_range(1, 2 ** 31 - 1)),
         "petsc_options": (ANY, [], _str_list),

@@ -15,7 +15,8 @@ Contract::
 ``result`` is a :class:`SolverResult`; non-convergence raises :class:`SolverError` carrying the residual history
 (or returns ``converged=False`` when ``raise_on_fail=False``).  All ranks of ``A``'s communicator must call.
 
-Methods: ``'bbpgd'`` (default, :mod:`.bbpgd`), ``'apgd'`` (:mod:`.apgd`), ``'tao-<type>'`` (:mod:`.tao`, e.g.
+Methods: ``'bbpgd'`` (default, :mod:`.bbpgd`), ``'apgd'`` (:mod:`.apgd`), ``'ipm'`` (interior point with
+multigrid-preconditioned Newton solves, :mod:`.ipm`), ``'tao-<type>'`` (:mod:`.tao`, e.g.
 ``'tao-bncg'``, ``'tao-blmvm'``, ``'tao-tron'``, ``'tao-bnls'``, ``'tao-bntr'``, ``'tao-bqnls'``, ``'tao-gpcg'``).
 
 Certificate (``SolverResult.certificate``, see :func:`certify`): for the final iterate ``x`` (``x >= 0``), its
@@ -53,7 +54,7 @@ __all__ = ["SolverResult", "SolverError", "solve_lcp", "minmap_residual", "certi
 
 _U = np.finfo(np.float64).eps / 2.0
 
-METHODS = ("bbpgd", "apgd", "tao-bncg", "tao-blmvm", "tao-tron", "tao-bnls", "tao-bntr", "tao-bqnls", "tao-gpcg")
+METHODS = ("bbpgd", "apgd", "ipm", "tao-bncg", "tao-blmvm", "tao-tron", "tao-bnls", "tao-bntr", "tao-bqnls", "tao-gpcg")
 
 
 @dataclass
@@ -324,6 +325,8 @@ def solve_lcp(A, q, x, method="bbpgd", tol=1e-8, max_iter=10000, raise_on_fail=T
         from relcp_mpi.solver.bbpgd import solve_bbpgd as fn
     elif method == "apgd":
         from relcp_mpi.solver.apgd import solve_apgd as fn
+    elif method == "ipm":
+        from relcp_mpi.solver.ipm import solve_ipm as fn
     else:
         from relcp_mpi.solver.tao import solve_tao
 
