@@ -11,7 +11,7 @@ from tests.helpers import aij_from_triplets
 
 PETSc = get_petsc()
 SELF = PETSc.COMM_SELF
-ALL = ["bbpgd", "apgd", "tao-bncg", "tao-blmvm", "tao-tron"]
+ALL = ["bbpgd", "apgd", "ipm", "tao-bncg", "tao-blmvm", "tao-tron"]
 TOL = 1e-8
 
 

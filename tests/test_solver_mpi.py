@@ -134,7 +134,7 @@ def test_bbpgd_same_solution_and_iterations_across_rank_counts(kind):
         assert itk == it1, (k, itk, it1)
 
 
-@pytest.mark.parametrize("method", ["apgd", "tao-bncg", "tao-blmvm", "tao-tron"])
+@pytest.mark.parametrize("method", ["apgd", "ipm", "tao-bncg", "tao-blmvm", "tao-tron"])
 def test_other_methods_same_solution_across_rank_counts(method):
     _, _, A, q, x0 = PROB
     for k in rank_counts():
@@ -181,3 +181,66 @@ def test_distributed_certificate_matches_serial():
     pbad[0] = -1.0                          # owned by rank 0 only
     with pytest.raises(ValueError):
         pj.certificate_orthant_mpi(y[lo:hi], pbad[lo:hi], WORLD)
+
+
+# ----------------------------------------------------------------------------------- ipm on a saved colony LCP
+def colony_distributed(sub):
+    """tests/data/colony_lcp_256.npz on ``sub``: bodies and columns split contiguously (last rank empty for
+    k > 1); every rank passes the triplets of the columns it owns."""
+    import os
+    import scipy.sparse as sp
+    z = np.load(os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "colony_lcp_256.npz"))
+    D = sp.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=tuple(z["shape"])).tocsc()
+    nb, nc = z["blocks"].shape[0], D.shape[1]
+    k, r = sub.Get_size(), sub.Get_rank()
+    b0, b1 = split(nb, k, r)
+    c0, c1 = split(nc, k, r, weights=[2, 1, 1])
+    C = D[:, c0:c1].tocoo()
+    Dm = aij_from_triplets(C.row, C.col + c0, C.data, 6 * (b1 - b0), c1 - c0, sub)
+    op = ContactOperator(Dm, z["blocks"][b0:b1])
+    qv = Dm.createVecRight()
+    qv.getArray()[:] = z["q"][c0:c1]
+    x = Dm.createVecRight()
+    x.set(0.0)
+    return op, qv, x, [op, Dm, qv, x]
+
+
+def test_ipm_colony_lcp_rank_count_independent(hang_guard):
+    tol = 1e-7
+    out = {}
+    for k in rank_counts():
+        color = 1 if WORLD.Get_rank() < k else MPI.UNDEFINED
+        sub = WORLD.Split(color, WORLD.Get_rank())
+        res = None
+        if sub != MPI.COMM_NULL:
+            op, qv, x, objs = colony_distributed(sub)
+            r = solve_lcp(op, qv, x, method="ipm", tol=tol, max_iter=200)
+            r2 = minmap_residual(op, qv, x)
+            res = (np.concatenate(sub.allgather(x.getArray(readonly=True).copy())), r.residual, r2)
+            for o in objs:
+                o.destroy()
+            sub.Free()
+        out[k] = WORLD.bcast(res, root=0)
+    x1 = out[1][0]
+    for k, (xk, rk, r2k) in out.items():
+        assert rk <= tol and abs(r2k - rk) <= 1e-9, k
+        assert np.abs(xk - x1).max() <= 1e-5 * x1.max(), k
+
+
+def test_ipm_collective_failure(hang_guard):
+    """An LCP the method cannot solve in max_iter Newton steps: every rank raises the same SolverError."""
+    op, qv, x, objs, _ = build(WORLD, "shell")
+    try:
+        with pytest.raises(SolverError) as ei:
+            solve_lcp(op, qv, x, method="ipm", tol=1e-14, max_iter=2)
+        e = ei.value
+        assert e.method == "ipm" and e.iterations == 2 and len(e.history) == 3
+        hist = WORLD.allgather(e.history)
+        assert all(np.array_equal(h, hist[0]) for h in hist)
+        x.set(0.0)
+        r = solve_lcp(op, qv, x, method="ipm", tol=1e-9)
+        assert r.converged and np.abs(np.concatenate(WORLD.allgather(x.getArray(readonly=True).copy()))
+                                      - PROB[4]).max() <= 1e-6
+    finally:
+        for o in objs:
+            o.destroy()

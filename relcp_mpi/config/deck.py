@@ -22,7 +22,7 @@ Top-level sections (defaults in ``SCHEMA``)::
                line_contacts (relcp: level-0 rows at both ends of rod-rod and rod-wall line contacts),
                max_trial_rotation (rad; with time.max_halvings > 0 a step whose recursion tries a rotation
                larger than this is redone at dt/2 at once; 0 = never)}
-    solver:   {method: a name of relcp_mpi.solver.registry (bbpgd, apgd, tao-<type>), tol, max_iter,
+    solver:   {method: a name of relcp_mpi.solver.registry (bbpgd, apgd, ipm, tao-<type>), tol, max_iter,
                petsc_options: [str]}
     parallel: {decomposition: cartesian|rcb, rebalance_every, imbalance_threshold}
     output:   {directory, trajectory_every, format: hdf5 | gsd | [hdf5, gsd] (trajectory files <name>.h5 (+ .xdmf)

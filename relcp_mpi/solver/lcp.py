@@ -16,7 +16,8 @@ Contract::
 (or returns ``converged=False`` when ``raise_on_fail=False``).  All ranks of ``A``'s communicator must call.
 
 Methods (:mod:`relcp_mpi.solver.registry`, one :class:`relcp_mpi.solver.base.LCPSolver` subclass each):
-``'bbpgd'`` (default, :mod:`.bbpgd`), ``'apgd'`` (:mod:`.apgd`), ``'tao-<type>'`` (:mod:`.tao`:
+``'bbpgd'`` (default, :mod:`.bbpgd`), ``'apgd'`` (:mod:`.apgd`), ``'ipm'`` (interior point with
+Newton solves on the body-dof system, :mod:`.ipm`), ``'tao-<type>'`` (:mod:`.tao`:
 ``'tao-bncg'``, ``'tao-blmvm'``, ``'tao-tron'``, ``'tao-bnls'``, ``'tao-bntr'``, ``'tao-bqnls'``, ``'tao-gpcg'``).
 
 Certificate (``SolverResult.certificate``, see :func:`certify`): for the final iterate ``x`` (``x >= 0``), its

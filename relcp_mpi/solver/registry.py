@@ -53,6 +53,10 @@ register("bbpgd", "relcp_mpi.solver.bbpgd", "BBPGD", {"step0": float, **_DIVERGE
 register("apgd", "relcp_mpi.solver.apgd", "APGD",
          {"L": float, "power_iters": int, "L_safety": float, "restart": bool, **_DIVERGENCE},
          "accelerated projected gradient with adaptive restart")
+register("ipm", "relcp_mpi.solver.ipm", "IPM",
+         {"max_newton": int, "ksp_rtol": float, "pc_type": str, "step_fraction": float, "refine": int, "reg": float,
+          "refine_tol": float},
+         "Mehrotra interior point, Newton steps on the body-dof system (MUMPS Cholesky or CG + AMG)")
 for _t in ("bncg", "blmvm", "tron", "bnls", "bntr", "bqnls", "gpcg"):
     register("tao-" + _t, "relcp_mpi.solver.tao", "TaoSolver", {"tao_options": dict, "prefix": str},
              "PETSc TAO bound-constrained solver " + _t)
