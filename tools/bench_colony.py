@@ -86,8 +86,11 @@ def read_csv(path):
         return [{k: (float(v) if k not in ("deck",) else v) for k, v in r.items()} for r in csv.DictReader(fh)]
 
 
-def plot(summary, path, title):
+def plot(summary, path, title, min_steps=10):
+    """Cost per cell-step and iterations per solve against N; size classes with fewer than ``min_steps`` steps
+    (the class the run stopped in, just after the division) are left out: one step is not a generation."""
     p = plt()
+    summary = [s for s in summary if s["steps"] >= min_steps]
     N = [s["N"] for s in summary]
     fig, ax = p.subplots(1, 2, figsize=(10, 4))
     ax[0].loglog(N, [s["wall_per_cell_step_us"] for s in summary], "o-")
