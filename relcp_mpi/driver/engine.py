@@ -32,7 +32,7 @@ from relcp_mpi.physics.mobility import mobility_blocks
 from relcp_mpi.physics.stress import step_stress_diagnostics
 from relcp_mpi.state import box_of, empty_warm
 from relcp_mpi.stepper.lcp_debug import LcpDebug
-from relcp_mpi.stepper.relcp import StepInput, StepParams, StepSolver, relcp_step
+from relcp_mpi.stepper.relcp import StepInput, StepParams, StepWorkspace, relcp_step
 
 
 class InitialOverlapError(ValueError):
@@ -69,7 +69,7 @@ class StepEngine:
                                  max_trial_rotation=c.max_trial_rotation if deck.time.max_halvings else 0.0,
                                  debug=LcpDebug.from_deck(dataclasses.asdict(deck.debug)))
         self.growth_model = GrowthModel.from_deck(dataclasses.asdict(deck.growth))
-        self.workspace = StepSolver(comm)
+        self.workspace = StepWorkspace(comm)
         self.has_growth = bool(comm.allreduce(bool(np.any(state.bodies.growth != 0)), op=MPI.LOR))
         self.ghosts = None
         self.contact_force = None

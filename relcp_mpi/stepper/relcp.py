@@ -106,7 +106,7 @@ class StepResult:
         return self.table.keys(), np.column_stack([self.gamma, h]) if len(self.gamma) else np.zeros((0, 4))
 
 
-class StepSolver:
+class StepWorkspace:
     """Persistent PETSc objects (operator, vectors) reused across recursion levels and steps."""
 
     def __init__(self, comm):
@@ -121,10 +121,6 @@ class StepSolver:
         if self.D is not None:
             self.D.destroy()
             self.D = None
-
-
-def _global_sum(comm, a):
-    return comm.allreduce(a)
 
 
 def _pair_geometry(inp, X, Q, ia, ib, tol, hint=None):
@@ -235,7 +231,7 @@ class _NullTimer:
         pass
 
 
-def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) -> StepResult:
+def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=None) -> StepResult:
     """One collective ReLCP step (see module docstring).  ``timer`` is an optional StageTimer."""
     PETSc = get_petsc()
     T = timer if timer is not None else _NullTimer()
@@ -297,8 +293,8 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
         counts = comm.allgather(c)
         col_offset = int(sum(counts[:rank]))
         n_cols = int(sum(counts))
-        solver.D = assemble_D(table, inp.row, inp.row_starts, comm, col_offset, n_cols, D=solver.D)
-        D = solver.D
+        workspace.D = assemble_D(table, inp.row, inp.row_starts, comm, col_offset, n_cols, D=workspace.D)
+        D = workspace.D
         Uext_v = _bodyvec(PETSc, D, U_ext)
         tmp = D.createVecRight()
         D.multTranspose(Uext_v, tmp)               # D^T U_ext
@@ -313,11 +309,11 @@ def relcp_step(inp: StepInput, prm: StepParams, solver: StepSolver, timer=None) 
             table.q[new] = table.sep0[new] - dt * (tmp.getArray()[new] - DtU[new])
             Ut_v.destroy()
         # ---- solve --------------------------------------------------------------------------------------
-        if solver.op is None:
-            solver.op = ContactOperator(D, scaled_blocks)
+        if workspace.op is None:
+            workspace.op = ContactOperator(D, scaled_blocks)
         else:
-            solver.op.update(D, scaled_blocks)
-        A = solver.op
+            workspace.op.update(D, scaled_blocks)
+        A = workspace.op
         qv = D.createVecRight()
         qv.getArray()[:] = table.q
         gv = D.createVecRight()
