@@ -98,23 +98,8 @@ def rod_wall_cap_rows(kind, shape, X, Q, wb, ww, wall_points, wall_normals, skin
     a, h = _axis_half(kind[b], shape[b], Q[b])
     n = wall_normals[ww[rods]]
     w = wall_points[ww[rods]]
-    R = shape[b, 0]
-    out = []
-    for slot, sgn in ((0, -1.0), (1, 1.0)):
-        e = X[b] + (sgn * h)[:, None] * a
-        p_i = e - R[:, None] * n
-        sep = np.einsum("ij,ij->i", n, p_i - w)
-        out.append((slot, sep, p_i, p_i - sep[:, None] * n))
-    cand = np.tile(rods, 2)
-    sub = np.repeat([o[0] for o in out], len(rods))
-    sep = np.concatenate([o[1] for o in out])
-    p_i = np.concatenate([o[2] for o in out])
-    p_j = np.concatenate([o[3] for o in out])
-    nrm = np.tile(n, (2, 1))
-    keep = sep <= skin
-    g = ContactGeometry(sep=sep[keep], normal=nrm[keep], p_i=p_i[keep], p_j=p_j[keep],
-                        converged=np.ones(int(keep.sum()), bool))
-    return cand[keep], sub[keep].astype(np.int64), g
+    centres = [(slot, X[b] + (sgn * h)[:, None] * a) for slot, sgn in ((0, -1.0), (1, 1.0))]
+    return _sphere_wall_samples(rods, centres, shape[b, 0], n, w, skin)
 
 
 def ring_wall_rows(kind, shape, X, Q, wb, ww, wall_points, wall_normals, skin):
@@ -136,20 +121,27 @@ def ring_wall_rows(kind, shape, X, Q, wb, ww, wall_points, wall_normals, skin):
     flat = nd <= 32.0 * np.finfo(float).eps
     e0 = np.where(flat[:, None], Rm[:, :, 0], d / np.where(flat, 1.0, nd)[:, None])
     e1 = np.cross(z, e0)
-    out = []
-    for slot, e in ((1, e1), (2, -e0), (3, -e1)):
-        p_i = X[b] + Rc[:, None] * e - r[:, None] * n
-        sep = np.einsum("ij,ij->i", n, p_i - w)
-        out.append((slot, sep, p_i, p_i - sep[:, None] * n))
-    cand = np.tile(rings, 3)
-    sub = np.repeat([o[0] for o in out], len(rings))
-    sep = np.concatenate([o[1] for o in out])
-    p_i = np.concatenate([o[2] for o in out])
-    p_j = np.concatenate([o[3] for o in out])
+    centres = [(slot, X[b] + Rc[:, None] * e) for slot, e in ((1, e1), (2, -e0), (3, -e1))]
+    return _sphere_wall_samples(rings, centres, r, n, w, skin)
+
+
+def _sphere_wall_samples(cand, centres, radius, n, w, skin):
+    """Wall rows of spheres of radius ``radius`` (k,) at sample centres on a body's core: ``centres`` is a list of
+    (slot, (k, 3) centres) for the candidates ``cand`` (k,) against walls (point w, unit normal n, (k, 3)).
+    sep = n . (c - w) - radius, p_i = c - radius n, p_j its projection on the plane; rows beyond the skin are
+    dropped.  Returns ``(cand (r,), sub (r,), ContactGeometry (r))``."""
+    seps, pis = [], []
+    for _, c in centres:
+        p_i = c - radius[:, None] * n
+        pis.append(p_i)
+        seps.append(np.einsum("ij,ij->i", n, p_i - w))
+    sep, p_i = np.concatenate(seps), np.concatenate(pis)
+    nrm = np.tile(n, (len(centres), 1))
     keep = sep <= skin
-    g = ContactGeometry(sep=sep[keep], normal=np.tile(n, (3, 1))[keep], p_i=p_i[keep], p_j=p_j[keep],
-                        converged=np.ones(int(keep.sum()), bool))
-    return cand[keep], sub[keep].astype(np.int64), g
+    sub = np.repeat([slot for slot, _ in centres], len(cand))
+    g = ContactGeometry(sep=sep[keep], normal=nrm[keep], p_i=p_i[keep],
+                        p_j=p_i[keep] - sep[keep, None] * nrm[keep], converged=np.ones(int(keep.sum()), bool))
+    return np.tile(cand, len(centres))[keep], sub[keep].astype(np.int64), g
 
 
 def _empty():
