@@ -23,6 +23,7 @@ Top-level sections (defaults in ``SCHEMA``)::
                max_trial_rotation (rad; with time.max_halvings > 0 a step whose recursion tries a rotation
                larger than this is redone at dt/2 at once; 0 = never)}
     solver:   {method: a name of relcp_mpi.solver.registry (bbpgd, apgd, ipm, tao-<type>), tol, max_iter,
+               options (the method's tunable options, e.g. {L_safety: 1.1} for apgd; the registry lists them),
                petsc_options: [str]}
     parallel: {decomposition: cartesian|rcb, rebalance_every, imbalance_threshold}
     output:   {directory, trajectory_every, format: hdf5 | gsd | [hdf5, gsd] (trajectory files <name>.h5 (+ .xdmf)
@@ -45,7 +46,7 @@ import os
 import numpy as np
 import yaml
 
-from relcp_mpi.solver.registry import method_names
+from relcp_mpi.solver.registry import method_info, method_names
 
 
 class DeckError(ValueError):
@@ -139,6 +140,51 @@ def _formats(v):
     return None
 
 
+_OPTION_TYPES = {int: "an integer", float: "a number", bool: "true or false", str: "a string", dict: "a mapping"}
+
+
+def _check_solver_options(s, problems):
+    """``solver.options``: a mapping of the chosen method's tunable options (the registry's table, so the deck,
+    the solvers and the docs share one list); each value of the registered type.  Ints are accepted for float
+    options; values are stored converted (e.g. 100 -> 100.0)."""
+    opts = s["options"]
+    if opts is None:
+        s["options"] = {}
+        return
+    if not isinstance(opts, dict):
+        problems.append(f"solver.options: must be a mapping of option: value, got {opts!r}")
+        s["options"] = {}
+        return
+    if s["method"] not in method_names():
+        return                           # solver.method is already reported
+    known = method_info(s["method"]).options
+    out = {}
+    for name, val in opts.items():
+        key = f"solver.options.{name}"
+        typ = known.get(name)
+        if typ is None:
+            problems.append(f"{key}: not an option of method {s['method']!r} (its options: "
+                            f"{', '.join(sorted(known)) or 'none'})")
+            continue
+        if typ is float and _is_number(val):
+            val = float(val)
+        elif typ is int and isinstance(val, int) and not isinstance(val, bool):
+            if abs(val) > 2 ** 31 - 1:
+                problems.append(f"{key}: must be at most {2 ** 31 - 1} in magnitude, got {val}")
+                continue
+        elif typ is dict and isinstance(val, dict) and all(isinstance(k, str) for k in val) \
+                and all(isinstance(v, (str, int, float, bool)) or v is None for v in val.values()):
+            val = dict(val)
+        elif not (typ in (bool, str) and isinstance(val, typ)):
+            problems.append(f"{key}: must be {_OPTION_TYPES[typ]}, got {val!r}")
+            continue
+        if typ is float and abs(val) > MAX_MAGNITUDE:
+            problems.append(f"{key}: must be at most {MAX_MAGNITUDE:g} in magnitude, got {val!r}")
+            continue
+        out[name] = val
+    s["options"] = out
+
+
 def _is_number(v):
     if not isinstance(v, (int, float)) or isinstance(v, bool):
         return False
@@ -200,6 +246,7 @@ SCHEMA = {
         "tol": (FLOAT, None, _pos),
         "max_iter": (INT, 100000, _int_range(1, 2 ** 31 - 1)),
         "petsc_options": (ANY, [], _str_list),
+        "options": (ANY, {}, None),      # method options, checked against the registry below
     },
     "parallel": {
         "decomposition": (STR, "cartesian", _choice("cartesian", "rcb")),
@@ -525,6 +572,7 @@ def validate(raw, source="deck"):
     if dbg["dump_on"] == "always" and dbg["dump_lcp"] is None:
         problems.append("debug.dump_on: needs debug.dump_lcp (the directory for the dumps)")
     c, s = deck["contact"], deck["solver"]
+    _check_solver_options(s, problems)
     if isinstance(s["tol"], float) and isinstance(c["overlap_tol"], float) and s["tol"] > c["overlap_tol"]:
         problems.append(f"solver.tol: must be <= contact.overlap_tol ({c['overlap_tol']}), got {s['tol']}")
     if problems:

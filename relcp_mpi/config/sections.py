@@ -68,6 +68,7 @@ class SolverSection:
     tol: float                # [L] min-map tolerance of the length-unit LCP
     max_iter: int
     petsc_options: tuple      # of str
+    options: dict             # method options (relcp_mpi.solver.registry), validated
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,8 @@ def format_eta(seconds):
 
 
 class Progress:
-    """Prints one line per ``every`` steps on rank 0 (stdout, flushed)."""
+    """Prints one line per ``every`` steps on rank 0 (stdout, flushed).  Create it right before the first step:
+    steps/s and the ETA count from then."""
 
     def __init__(self, comm, total_steps, every=10, stream=None):
         self.rank = comm.rank
@@ -71,9 +72,8 @@ class Progress:
         self.step_start = None
 
     def update(self, step, t, diag, overlap_tol, force=False):
-        if self.step_start is None:
+        if self.step_start is None:       # the clock runs from construction, i.e. includes this first step
             self.step_start = step - 1
-            self.t_start = time.perf_counter()
         if self.rank != 0 or not (force or (self.every and step % self.every == 0)):
             return
         el = time.perf_counter() - self.t_start

@@ -25,7 +25,7 @@ import numpy as np
 
 from relcp_mpi.solver.base import (FusedReducer, LCPSolver, minmap_local, mpi_comm_of, start_projected_gradient,
                                    work_vecs)
-from relcp_mpi.solver.divergence import DivergenceMonitor
+from relcp_mpi.solver.divergence import StoppingTest
 
 __all__ = ["APGD", "estimate_lmax"]
 
@@ -91,8 +91,7 @@ class APGD(LCPSolver):
         Yv[:] = X
         GY[:] = G
         n_backtrack = 0
-        mon = DivergenceMonitor(A, q, x, divergence_every, divergence_factor)
-        diverging = None
+        stop = StoppingTest(A, q, x, history, tol, divergence_every, divergence_factor)
         while it < max_iter:
             XO[:] = X
             GO[:] = G
@@ -114,12 +113,7 @@ class APGD(LCPSolver):
                 L *= 2.0
                 n_backtrack += 1
             it += 1
-            history.append(res)
-            if res <= tol:
-                converged = True
-                break
-            diverging = mon.check(it)
-            if diverging:
+            if stop.done(it, res):
                 break
             theta_new = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * theta * theta))
             beta = (theta - 1.0) / theta_new
@@ -134,6 +128,5 @@ class APGD(LCPSolver):
             GY *= beta
             GY += G
         g.stateIncrease()
-        return self.finish(A, q, x, g, converged=converged, iterations=it, residual=res, history=history,
-                           tol=tol, t=1.0 / L, mu=mu, raise_on_fail=raise_on_fail,
-                           reason=diverging or "maximum iterations reached")
+        return self.finish(A, q, x, g, converged=stop.converged, iterations=it, residual=res, history=history,
+                           tol=tol, t=1.0 / L, mu=mu, raise_on_fail=raise_on_fail, reason=stop.reason)

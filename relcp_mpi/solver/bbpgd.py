@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from relcp_mpi.solver.base import LCPSolver, minmap_local, start_projected_gradient
-from relcp_mpi.solver.divergence import DivergenceMonitor
+from relcp_mpi.solver.divergence import StoppingTest
 
 __all__ = ["BBPGD"]
 
@@ -42,11 +42,9 @@ class BBPGD(LCPSolver):
         Y = np.empty_like(X)
         it = 0
         alpha = float(step0) if step0 else (1.0 / res if res > 0 else 1.0)
-        converged = res <= tol
+        stop = StoppingTest(A, q, x, history, tol, divergence_every, divergence_factor)
         t_last = 1.0
-        mon = DivergenceMonitor(A, q, x, 0 if converged else divergence_every, divergence_factor)
-        diverging = None
-        while not converged and it < max_iter:
+        while not stop.converged and it < max_iter:
             it += 1
             XO[:] = X
             GO[:] = G
@@ -60,12 +58,7 @@ class BBPGD(LCPSolver):
             np.subtract(X, XO, out=S)
             np.subtract(G, GO, out=Y)
             (ss, sy, yy), (res,) = red.reduce([S @ S, S @ Y, Y @ Y], [minmap_local(X, G)])
-            history.append(res)
-            if res <= tol:
-                converged = True
-                break
-            diverging = mon.check(it)
-            if diverging:
+            if stop.done(it, res):
                 break
             if sy > 0.0 and np.isfinite(sy):
                 alpha = ss / sy if (it % 2 == 1) else sy / yy
@@ -74,6 +67,5 @@ class BBPGD(LCPSolver):
             if not (np.isfinite(alpha) and alpha > 0.0):
                 alpha = 1.0 / res if res > 0 else 1.0
         g.stateIncrease()
-        return self.finish(A, q, x, g, converged=converged, iterations=it, residual=res,
-                           history=history, tol=tol, t=t_last, mu=mu, raise_on_fail=raise_on_fail,
-                           reason=diverging or "maximum iterations reached")
+        return self.finish(A, q, x, g, converged=stop.converged, iterations=it, residual=res, history=history,
+                           tol=tol, t=t_last, mu=mu, raise_on_fail=raise_on_fail, reason=stop.reason)

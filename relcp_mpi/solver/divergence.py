@@ -24,7 +24,7 @@ import numpy as np
 
 from relcp_mpi.solver.base import FusedReducer, mpi_comm_of, work_vecs
 
-__all__ = ["DivergenceMonitor"]
+__all__ = ["DivergenceMonitor", "StoppingTest"]
 
 
 class DivergenceMonitor:
@@ -86,3 +86,30 @@ class DivergenceMonitor:
                     "sum(x) >= %.3e > %g x the natural scale %.3e (sum(x_k) = %.3e)"
                     % (qy, self.bound, self.factor, self.scale, sx))
         return None
+
+
+class StoppingTest:
+    """The end-of-iteration test shared by the projected-gradient methods: ``done(it, res)`` records the
+    residual in ``history``, and is True when it meets ``tol`` (``converged``) or when the
+    :class:`DivergenceMonitor` (``every``, ``factor``; 0 = off) reports divergence (``reason``).
+    Collective like the monitor."""
+
+    def __init__(self, A, q, x, history, tol, every, factor):
+        self.history = history
+        self.tol = tol
+        self.converged = bool(history and history[-1] <= tol)
+        self.monitor = DivergenceMonitor(A, q, x, 0 if self.converged else every, factor)
+        self.diverging = None
+
+    def done(self, it, res):
+        self.history.append(res)
+        if res <= self.tol:
+            self.converged = True
+            return True
+        self.diverging = self.monitor.check(it)
+        return bool(self.diverging)
+
+    @property
+    def reason(self):
+        """Why a solve that did not converge stopped."""
+        return self.diverging or "maximum iterations reached"

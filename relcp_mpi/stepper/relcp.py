@@ -58,6 +58,7 @@ class StepParams:
     method: str = "bbpgd"
     tol: float = 1e-4              # LCP min-map tolerance [L]
     max_iter: int = 100000
+    options: dict = field(default_factory=dict)   # method options (solver.options, relcp_mpi.solver.registry)
     recheck_neighbors: bool = True
     line_contacts: bool = True     # level-0 end-point / end-cap rows for rods (contact.line_contacts)
     max_trial_rotation: float = 0.0  # [rad] give a step up when a trial rotates a body more (0 = off)
@@ -322,7 +323,7 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
         with T.stage("solve"):
             try:
                 res = solve_lcp(A, qv, gv, method=prm.method, tol=prm.tol, max_iter=prm.max_iter,
-                                raise_on_fail=True)
+                                raise_on_fail=True, **prm.options)
             except SolverError as exc:           # every rank: dump / explain the failed LCP, then fail
                 lcp_debug.on_failure(prm.debug, exc, comm, D, inp, dt, table, gv.getArray(), depth)
                 raise
