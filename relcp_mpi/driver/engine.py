@@ -67,8 +67,8 @@ class StepEngine:
                                  line_contacts=c.line_contacts,
                                  # the early trial-range check only makes sense when the step can be redone
                                  max_trial_rotation=c.max_trial_rotation if deck.time.max_halvings else 0.0,
-                                 debug=LcpDebug.from_deck(dataclasses.asdict(deck.debug)))
-        self.growth_model = GrowthModel.from_deck(dataclasses.asdict(deck.growth))
+                                 debug=LcpDebug.from_deck(deck.debug))
+        self.growth_model = GrowthModel.from_deck(deck.growth)
         self.workspace = StepWorkspace(comm)
         self.has_growth = bool(comm.allreduce(bool(np.any(state.bodies.growth != 0)), op=MPI.LOR))
         self.ghosts = None
