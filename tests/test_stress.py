@@ -222,13 +222,14 @@ def test_two_spheres_stresslet(periodic):
 
 
 def _pile_deck():
-    """Spheres settling on a floor in a closed (non-periodic) box."""
-    box = {"lo": [0, 0, 0], "hi": [5, 5, 6], "periodic": [False, False, False]}
-    gen = {"shape": "sphere", "radius": 0.45, "count": 30, "method": "random",
-           "region": {"lo": [0.0, 0.0, 0.05], "hi": [5, 5, 5.5]}}
-    return make_deck(time={"dt": 0.1, "steps": 8}, seed=21, box=box,
-                     walls=[{"point": [0, 0, 0], "normal": [0, 0, 1]}],
-                     forces={"body_force": [0.4, -0.3, -6.0]}, generate=[gen],
+    """Spheres settling on a floor and pushed against a side wall (x = 0) in a closed (non-periodic) box,
+    longest along x (so that ranks split the pile and loaded contacts cross rank boundaries)."""
+    box = {"lo": [0, 0, 0], "hi": [8, 4, 4], "periodic": [False, False, False]}
+    gen = {"shape": "sphere", "radius": 0.45, "count": 40, "method": "lattice", "spacing": 0.9,   # touching
+           "region": {"lo": [0.0, 0.0, 0.0], "hi": [7.2, 2.7, 1.8]}}
+    return make_deck(time={"dt": 0.1, "steps": 4}, seed=21, box=box,
+                     walls=[{"point": [0, 0, 0], "normal": [0, 0, 1]}, {"point": [0, 0, 0], "normal": [1, 0, 0]}],
+                     forces={"body_force": [-3.0, 0.3, -6.0]}, generate=[gen],
                      contact={"overlap_tol": 1e-3, "skin": 0.3}, solver={"tol": 1e-9})
 
 
@@ -243,7 +244,7 @@ def test_stresslet_sum_and_rank_independence(hang_guard):
     _, Sref = ref.gather("stresslet")
     sim, diags = run_sim(deck, comm=comm)
     gid, S = sim.gather("stresslet")
-    assert np.array_equal(gid, np.arange(30)) and np.abs(Sref).max() > 0.1      # contacts carry load
+    assert np.array_equal(gid, np.arange(40)) and np.abs(Sref).max() > 0.1      # contacts carry load
     assert np.allclose(S, Sref, rtol=1e-5, atol=1e-5 * np.abs(Sref).max())
     table, gamma, n_owned = sim.engine._last_rows[:3]    # the last step's rows on this rank (test only)
     if comm.size > 1:                                    # some loaded rows touch a ghost copy
@@ -251,5 +252,5 @@ def test_stresslet_sum_and_rank_independence(hang_guard):
     corr = comm.allreduce(np.einsum("k,ki,kj->ij", gamma * table.sep0, table.normal, table.normal))
     d = diags[-1]
     Vs = np.array([d[f"stress_{c}"] for c in ("xx", "xy", "xz", "yx", "yy", "yz", "zx", "zy", "zz")]
-                  ).reshape(3, 3) * 5 * 5 * 6
+                  ).reshape(3, 3) * 8 * 4 * 4
     assert np.allclose(S.sum(axis=0), 0.5 * (Vs + Vs.T) + corr, rtol=0, atol=1e-9 * np.abs(Vs).max())
