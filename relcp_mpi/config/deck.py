@@ -48,6 +48,7 @@ import numpy as np
 import yaml
 
 from relcp_mpi.config.events import check_event_section
+from relcp_mpi.config.problems import unknown_keys
 from relcp_mpi.solver.registry import method_names
 
 
@@ -282,9 +283,7 @@ def _apply(schema, data, path, problems):
     if not isinstance(data, dict):
         problems.append(f"{path or 'deck'}: must be a mapping, got {type(data).__name__}")
         return out
-    for key in data:
-        if key not in schema:
-            problems.append(f"{path + '.' if path else ''}{key}: unknown key (allowed: {', '.join(sorted(schema))})")
+    unknown_keys(data, schema, path, problems)
     for key, spec in schema.items():
         kp = f"{path}.{key}" if path else key
         if isinstance(spec, dict):

@@ -29,6 +29,7 @@ from fractions import Fraction
 import numpy as np
 
 from relcp_mpi.basics.rational import MAX_NUMBER_BITS, read_exact  # noqa: F401 (re-exported bound)
+from relcp_mpi.config.problems import unknown_keys
 
 EVENT_KEYS = {"dimension", "horizon", "eps_time", "eps_guard", "delta", "n_evt", "budget", "endpoint_policy",
               "restitution", "field", "precision", "ledger_tol", "spheres", "positions", "velocities", "masses",
@@ -132,9 +133,7 @@ def _precision(sec, path, problems):
     if not isinstance(prec, dict):
         problems.append(f"{path}.precision: expected a mapping, got {prec!r}")
         prec = {}
-    for k in prec:
-        if k not in PRECISION_KEYS:
-            problems.append(f"{path}.precision.{k}: unknown key (allowed: {', '.join(sorted(PRECISION_KEYS))})")
+    unknown_keys(prec, PRECISION_KEYS, path + ".precision", problems)
     pp = path + ".precision"
     return EventPrecision(
         grid_bits=_int(prec, "grid_bits", problems, pp, required=False, minimum=1, maximum=MAX_PRECISION_BITS),
@@ -160,9 +159,7 @@ def _spheres(sec, path, problems):
             if not isinstance(s, dict):
                 problems.append(f"{sp}: expected a mapping, got {s!r}")
                 continue
-            for key in s:
-                if key not in SPHERE_KEYS:
-                    problems.append(f"{sp}.{key}: unknown key (allowed: {', '.join(sorted(SPHERE_KEYS))})")
+            unknown_keys(s, SPHERE_KEYS, sp, problems)
             p = _vector(s.get("position"), f"{sp}.position", problems, d)
             if p is not None and d is None:
                 d = len(p)
@@ -232,9 +229,7 @@ def check_event_section(sec, problems, path="event_driven"):
     if not isinstance(sec, dict):
         problems.append(f"{path}: required mapping, got {sec!r}")
         return None
-    for k in sec:
-        if k not in EVENT_KEYS:
-            problems.append(f"{path}.{k}: unknown key (allowed: {', '.join(sorted(EVENT_KEYS))})")
+    unknown_keys(sec, EVENT_KEYS, path, problems)
     scalars = {k: _num(sec, k, problems, path, positive=True) for k in ("horizon", "eps_time", "eps_guard", "delta")}
     n_evt = _int(sec, "n_evt", problems, path, maximum=MAX_EVENTS)
     budget = _int(sec, "budget", problems, path, maximum=MAX_EVENTS)
