@@ -10,6 +10,7 @@ Nothing outside ``config/`` looks keys up in a deck mapping: changes to a deck (
 studies' variations) go through :func:`override`, which validates the changed deck again.
 """
 import copy
+import dataclasses
 import os
 from dataclasses import dataclass, fields
 
@@ -18,21 +19,24 @@ from relcp_mpi.config.events import check_event_section
 
 
 def _frozen(v):
-    """Lists (nested too) become tuples, an axis-angle orientation an :class:`AxisAngle`, a region a
-    :class:`Region`."""
-    if isinstance(v, list):
-        return tuple(_frozen(c) for c in v)
-    if isinstance(v, dict) and set(v) == {"axis", "angle"}:
-        return AxisAngle(axis=tuple(v["axis"]), angle=v["angle"])
-    if isinstance(v, dict) and set(v) <= {"lo", "hi"}:
-        return Region(lo=tuple(v["lo"]), hi=tuple(v["hi"]))
-    return v
+    """Lists (nested too) become tuples."""
+    return tuple(_frozen(c) for c in v) if isinstance(v, list) else v
 
 
 def _section(cls, d):
     """``cls`` from the mapping ``d``: the fields ``cls`` declares (keys added to the schema later are ignored
     here until the section declares them); lists become tuples (frozen)."""
     return cls(**{f.name: _frozen(d[f.name]) for f in fields(cls)})
+
+
+def _body_spec(cls, d):
+    """A :class:`BodySpec` / :class:`GeneratorSpec` from a validated entry: an axis-angle orientation becomes an
+    :class:`AxisAngle`, a region a :class:`Region`."""
+    spec = _section(cls, d)
+    o, r = d["orientation"], d.get("region")
+    return dataclasses.replace(spec, **({"orientation": AxisAngle(tuple(o["axis"]), o["angle"])}
+                                        if isinstance(o, dict) else {}),
+                               **({"region": Region(tuple(r["lo"]), tuple(r["hi"]))} if isinstance(r, dict) else {}))
 
 
 @dataclass(frozen=True)
@@ -229,8 +233,8 @@ def typed(deck):
                 parallel=_section(ParallelSection, deck["parallel"]), output=_section(OutputSection, deck["output"]),
                 growth=_section(GrowthSection, deck["growth"]), debug=_section(DebugSection, deck["debug"]),
                 forces=_section(ForcesSection, deck["forces"]),
-                bodies=tuple(_section(BodySpec, b) for b in deck["bodies"]),
-                generate=tuple(_section(GeneratorSpec, g) for g in deck["generate"]),
+                bodies=tuple(_body_spec(BodySpec, b) for b in deck["bodies"]),
+                generate=tuple(_body_spec(GeneratorSpec, g) for g in deck["generate"]),
                 event_driven=check_event_section(deck["event_driven"], []) if deck["engine"] == "event_driven"
                 else None, raw=deck)
 
