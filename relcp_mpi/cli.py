@@ -127,16 +127,17 @@ def main(argv=None):
 # ------------------------------------------------------------------------------------------------
 def _validate(args):
     """Schema check, then (relcp engine) build the bodies and check initial overlaps, serially."""
-    from relcp_mpi.config.deck import DeckError, load
+    from relcp_mpi.config.deck import DeckError
+    from relcp_mpi.config.sections import load_typed
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
     try:
-        deck, _ = load(args.deck)
+        deck, _ = load_typed(args.deck)
     except DeckError as exc:
         _err(comm, exc)
         return EXIT_BAD_INPUT
     note = ""
-    if deck["engine"] == "relcp":
+    if deck.engine == "relcp":
         from relcp_mpi.simulation import Simulation
         try:
             check_build_memory(MPI.COMM_SELF, deck, args.deck)
@@ -148,7 +149,7 @@ def _validate(args):
         note = f"# OK: {sim.n_global} bodies, {sim.n_steps} steps of dt={sim.dt:g}, no initial overlaps\n"
     if comm.rank == 0:
         import yaml
-        sys.stdout.write(yaml.safe_dump(deck, sort_keys=False) + note)
+        sys.stdout.write(yaml.safe_dump(deck.raw, sort_keys=False) + note)
         sys.stdout.flush()
     return EXIT_OK
 
@@ -234,9 +235,9 @@ def _convert(args):
 
 # ------------------------------------------------------------------------------------------------
 def existing_outputs(deck):
-    """Files of an earlier run of this deck in its output directory (trajectory, XDMF sidecar, GSD trajectory,
-    checkpoints incl. stale temporaries, event-driven result), sorted."""
-    d, name = deck["output"]["directory"], deck["name"]
+    """Files of an earlier run of this (typed) deck in its output directory (trajectory, XDMF sidecar, GSD
+    trajectory, checkpoints incl. stale temporaries, event-driven result), sorted."""
+    d, name = deck.output.directory, deck.name
     if not os.path.isdir(d):
         return []
     found = []
@@ -299,7 +300,7 @@ def _lock_output(comm, deck):
     lock, msg = None, None
     if comm.rank == 0:
         try:
-            lock = acquire_run_lock(deck["output"]["directory"], deck["name"])
+            lock = acquire_run_lock(deck.output.directory, deck.name)
             if lock.note:
                 print(f"relcp-mpi: {lock.note}", flush=True)
         except RunDirError as exc:
@@ -320,8 +321,8 @@ def _refuse_or_clear(comm, deck, overwrite, restart_hint=True):
         if data and not overwrite:
             shown = ", ".join(data[:4]) + (f", ... ({len(data)} files)" if len(data) > 4 else "")
             hint = " or --restart latest to continue it" if restart_hint else ""
-            msg = (f"output directory {deck['output']['directory']} already holds output of a run of "
-                   f"'{deck['name']}' ({shown}); refusing to overwrite it: pass --overwrite to replace it{hint}, "
+            msg = (f"output directory {deck.output.directory} already holds output of a run of "
+                   f"'{deck.name}' ({shown}); refusing to overwrite it: pass --overwrite to replace it{hint}, "
                    f"or choose another --output directory")
         elif overwrite:
             for f in files:
@@ -340,31 +341,35 @@ def _run(args):
     comm = MPI.COMM_WORLD
     from relcp_mpi.parallel.errors import install_excepthook
     install_excepthook(comm)
-    from relcp_mpi.config.deck import DeckError, load
+    from relcp_mpi.config.deck import DeckError
+    from relcp_mpi.config.sections import load_typed, override
     try:
-        deck, text = load(args.deck)
+        deck, text = load_typed(args.deck)
+        changes = {}
         if args.steps is not None:
             from relcp_mpi.config.deck import MAX_STEPS
             if not 0 <= args.steps <= MAX_STEPS:
                 raise DeckError([f"--steps: must be in [0, {MAX_STEPS}], got {args.steps}"], source=args.deck)
-            deck["time"]["steps"], deck["time"]["t_end"] = args.steps, None
+            changes.update({"time.steps": args.steps, "time.t_end": None})
         if args.output:
-            deck["output"]["directory"] = args.output
+            changes["output.directory"] = args.output
         if args.quiet:
-            deck["output"]["progress_every"] = 0
-        restart = args.restart if args.restart is not None else deck["output"]["restart"]
+            changes["output.progress_every"] = 0
+        if changes:
+            deck = override(deck, changes, source=args.deck)
+        restart = args.restart if args.restart is not None else deck.output.restart
         if restart is not None and (not isinstance(restart, str) or not restart.strip()):
             raise DeckError([f"output.restart: must be 'latest' or a checkpoint path, got {restart!r}"],
                             source=args.deck)
-        if restart is not None and deck["engine"] != "relcp":
+        if restart is not None and deck.engine != "relcp":
             raise DeckError([f"output.restart / --restart: restarting is only supported for engine relcp "
-                             f"(this deck has engine {deck['engine']})"], source=args.deck)
+                             f"(this deck has engine {deck.engine})"], source=args.deck)
     except DeckError as exc:
         _err(comm, exc)
         return EXIT_BAD_INPUT
     from relcp_mpi.petsc import get_petsc
-    get_petsc(args.petsc.split() + list(deck["solver"]["petsc_options"]))
-    if deck["engine"] == "event_driven":
+    get_petsc(args.petsc.split() + list(deck.solver.petsc_options))
+    if deck.engine == "event_driven":
         return _run_events(comm, deck, args)
 
     from relcp_mpi.simulation import install_signal_handlers
@@ -407,7 +412,7 @@ def _run_relcp(comm, deck, text, args, restart, held):
         return EXIT_BAD_INPUT
     if comm.rank == 0:
         how = f"restarting from {sim.restarted_from} at step {sim.step}" if restart is not None else "running"
-        print(f"relcp_mpi: {how} '{deck['name']}' ({sim.n_global} bodies, {sim.n_steps} steps, dt={sim.dt:g}) "
+        print(f"relcp_mpi: {how} '{deck.name}' ({sim.n_global} bodies, {sim.n_steps} steps, dt={sim.dt:g}) "
               f"on {comm.size} rank(s)", flush=True)
     try:
         sim.run()
@@ -433,14 +438,14 @@ def _run_relcp(comm, deck, text, args, restart, held):
 
 def _run_events(comm, deck, args):
     from relcp_mpi.config.deck import DeckError
-    from relcp_mpi.events.deck import parse_event_deck, run_event_deck
+    from relcp_mpi.events.deck import event_deck, run_event_deck
     from relcp_mpi.io.writeguard import OutputError
     held = []
     try:
-        parse_event_deck(deck, source=args.deck)      # deterministic: the same verdict on every rank
+        event_deck(deck, source=args.deck)      # the engine check (the section was validated by the loader)
         held.extend(lk for lk in [_lock_output(comm, deck)] if lk is not None)
         _refuse_or_clear(comm, deck, args.overwrite, restart_hint=False)
-        path = os.path.join(deck["output"]["directory"], f"{deck['name']}_events.h5")
+        path = os.path.join(deck.output.directory, f"{deck.name}_events.h5")
         try:
             result = run_event_deck(deck, path, comm)
         except DeckError as exc:
@@ -455,5 +460,5 @@ def _run_events(comm, deck, args):
     finally:
         _release(held)
     if comm.rank == 0:
-        print(f"event-driven run '{deck['name']}': {getattr(result, 'status', result)}; written to {path}")
+        print(f"event-driven run '{deck.name}': {getattr(result, 'status', result)}; written to {path}")
     return EXIT_OK

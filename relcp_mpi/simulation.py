@@ -142,10 +142,24 @@ class Simulation:
         """(n_owned, 6) constraint force and torque on each owned body in the last step [F, F L]."""
         return self.engine.contact_force
 
+    def stresslet(self):
+        """(n_owned, 3, 3) stresslet of each owned body in the last step [F L]: the symmetric first moment
+        sum sym(r (x) f) of the constraint forces on the body, lever from its centre to the contact point
+        (:func:`relcp_mpi.physics.stress.body_stresslets`; zeros before the first step).  Collective."""
+        return self.engine.body_stresslet(len(self.bodies))
+
     def gather(self, field="x"):
-        """(gid, values) of all bodies, ordered by gid, on every rank (collective; small runs only)."""
+        """(gid, values) of all bodies, ordered by gid, on every rank (collective; small runs only).  ``field``
+        is a BodyStore field, or ``"stresslet"`` ((3, 3) per body, :meth:`stresslet`) or ``"contact_force"``
+        ((6,) per body: constraint force and torque of the last step)."""
         b = self.bodies
-        parts = self.comm.allgather((b.gid.copy(), getattr(b, field).copy()))
+        if field == "stresslet":
+            values = self.stresslet()
+        elif field == "contact_force":
+            values = self.contact_force if self.contact_force is not None else np.zeros((len(b), 6))
+        else:
+            values = getattr(b, field)
+        parts = self.comm.allgather((b.gid.copy(), np.array(values, copy=True)))
         gid = np.concatenate([p[0] for p in parts])
         val = np.concatenate([p[1] for p in parts])
         order = np.argsort(gid)

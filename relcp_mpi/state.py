@@ -110,7 +110,7 @@ def fresh_state(deck, comm):
     """The state at step 0 of a typed deck (collective): bodies built on every rank (identically),
     decomposition from the initial positions, each rank keeps the bodies it owns."""
     box = box_of(deck)
-    allb = build_bodies(deck.raw)
+    allb = build_bodies(deck)
     n = len(allb)
     r, P = comm.rank, comm.size
     # every rank holds all initial positions: give each rank a disjoint slice as its "local" set

@@ -12,6 +12,7 @@ import pytest
 from mpi4py import MPI
 
 from relcp_mpi.config.deck import DeckError, validate
+from relcp_mpi.config.sections import typed
 from relcp_mpi.physics.growth import GrowthModel, division_length, growth_rate
 from tests.helpers import make_deck, run_sim
 
@@ -94,7 +95,7 @@ def test_divisions_at_own_length_and_desynchronised():
     """Every division happens in the first step whose growth takes L past the cell's own division length, the
     division lengths spread, and the cells of one generation divide at different steps."""
     deck = validate(colony_raw(80))
-    m = GrowthModel.from_deck(deck["growth"])
+    m = GrowthModel.from_deck(typed(deck).growth)
     before = {}
     events = []                                    # (step, gen of the mother, mother's L at division)
 
@@ -129,7 +130,7 @@ def test_growth_rate_noise_desynchronises_lineages():
     step by step and every cell has its own length (with division noise alone a cell of generation n has
     length l0 exp(r t) / 2^n, the same for the whole generation)."""
     deck = validate(colony_raw(90, growth=dict(NOISY, growth_rate_noise=0.1)))
-    m = GrowthModel.from_deck(deck["growth"])
+    m = GrowthModel.from_deck(typed(deck).growth)
     r = growth_rate(np.full(4000, 2.0), np.arange(4000) % 3, np.arange(4000), 11, m)
     assert r.min() >= 1.8 and r.max() < 2.2 and abs(r.mean() - 2.0) < 0.01
     before, checked = {}, [0]

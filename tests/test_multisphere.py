@@ -5,7 +5,7 @@ import pytest
 from relcp_mpi.bodies.shapes import SPHERE, SPHEROCYLINDER, ELLIPSOID, bounding_radius
 from relcp_mpi.contact import multisphere as ms
 from relcp_mpi.contact.multisphere import (sphere_proxy, proxy_counts, proxy_gap, multisphere_rows,
-                                           multisphere_wall_rows)
+                                           multisphere_wall_rows, resolution_for_gap)
 from relcp_mpi.geometry import quaternion
 from relcp_mpi.geometry.contact import pair_snsd, wall_snsd
 from relcp_mpi.geometry.ellipsoid import closest_point_body
@@ -141,6 +141,42 @@ def test_gap_flat_ellipsoid_is_reported_honestly():
     g = [proxy_gap([ELLIPSOID], [(3.0, 2.0, 1.0)], r)[0] for r in (4, 16)]
     assert g[1] < g[0] and g[1] > 0.99
     assert abs(sampled_gap(ELLIPSOID, (3.0, 2.0, 1.0), 16) - g[1]) < 0.02 * g[1]
+
+
+def test_resolution_for_gap_hand_cases():
+    """Smallest proxy count whose roughness meets a target, on cases computed by hand."""
+    # capsule (R, L): gap sqrt(R^2 + h^2/4) - R with h = L/(n-1) <= g  <=>  h <= 2 sqrt((R+g)^2 - R^2)
+    R, L, g = 0.5, 3.0, 1e-3
+    n_hand = int(np.ceil(L / (2 * np.sqrt((R + g) ** 2 - R ** 2)))) + 1          # = 49
+    n, gap = resolution_for_gap([SPHEROCYLINDER], [(R, L, 0)], g)
+    assert n == n_hand == 49 and gap <= g
+    assert proxy_gap([SPHEROCYLINDER], [(R, L, 0)], n - 1)[0] > g
+    # a sphere-like ellipsoid (1.2, 1, 1): one inscribed sphere of radius 1 at the centre leaves the tips 0.2
+    # away, so any target >= 0.2 needs one sphere, and 0.2 is exactly the one-sphere gap
+    assert proxy_gap([ELLIPSOID], [(1.2, 1.0, 1.0)], 1)[0] == pytest.approx(0.2, abs=1e-12)
+    assert resolution_for_gap([ELLIPSOID], [(1.2, 1.0, 1.0)], 0.25)[0] == 1
+    assert resolution_for_gap([ELLIPSOID], [(1.2, 1.0, 1.0)], 0.19)[0] >= 2
+    # round bodies are one sphere: gap 0 at n = 1
+    assert resolution_for_gap([SPHERE, ELLIPSOID], [(0.7, 0, 0), (1, 1, 1)], 1e-9) == (1, 0.0)
+    # several bodies: the worst one decides
+    assert resolution_for_gap([SPHEROCYLINDER, SPHEROCYLINDER], [(R, L, 0), (R, L / 2, 0)], g)[0] == 49
+    with pytest.raises(ValueError, match="still exceeds"):
+        resolution_for_gap([ELLIPSOID], [(3.0, 2.0, 1.0)], 0.5, max_resolution=64)   # flat: gap -> b - c
+
+
+def test_resolution_for_gap_ellipsoid_against_sampling():
+    """The suspension's prolate ellipsoid (1, 0.5, 0.5): the count returned meets the target and one sphere
+    fewer does not, both checked by dense independent surface sampling (a lower bound of the gap)."""
+    shape = (1.0, 0.5, 0.5)
+    k = 20
+    target = float(np.sqrt(proxy_gap([ELLIPSOID], [shape], k)[0] * proxy_gap([ELLIPSOID], [shape], k + 1)[0]))
+    n, gap = resolution_for_gap([ELLIPSOID], [shape], target)
+    assert n == k + 1 and gap <= target
+    assert sampled_gap(ELLIPSOID, shape, n) <= target
+    assert sampled_gap(ELLIPSOID, shape, n - 1) > target          # sampling bounds the true gap from below
+    # the gap decreases with the count over the whole range the search visits (its bisection relies on it)
+    g = np.array([proxy_gap([ELLIPSOID], [shape], m)[0] for m in range(1, 41)])
+    assert np.all(np.diff(g) < 0), g
 
 
 # ------------------------------------------------------------------------------------------------ rows

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from relcp_mpi.physics.stress import collision_stress, constraint_virial, stress_diagnostics
+from relcp_mpi.physics.stress import collision_stress, constraint_virial, stress_diagnostics, stresslet_terms
 from tests.helpers import make_deck, run_sim
 
 HANG_TIMEOUT = 240
@@ -136,3 +136,121 @@ def test_stress_independent_of_rank_count(hang_guard):
     got = np.array([[e[k] for k in keys] for e in d])
     assert np.abs(ref).max() > 0.01                        # contacts carry load
     assert np.allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+# ------------------------------------------------------------------------------------------------ stresslet
+class _Rows:
+    """A constraint table given by its columns (the fields the stress functions read)."""
+
+    def __init__(self, **cols):
+        self.__dict__.update(cols)
+
+
+def _sphere_rows(rng, n_bodies=12, n_pairs=25, n_walls=6):
+    """Rows between random spheres with exact sphere geometry (n j -> i, r_i = -R_i n, r_j = R_j n, so
+    p_i - p_j = sep0 n) and floor rows (z = 0, normal +z)."""
+    x = rng.uniform(0.5, 4.0, (n_bodies, 3))
+    R = rng.uniform(0.2, 0.6, n_bodies)
+    i = rng.integers(0, n_bodies, n_pairs)
+    j = (i + rng.integers(1, n_bodies, n_pairs)) % n_bodies
+    d = x[i] - x[j]
+    n = d / np.linalg.norm(d, axis=1, keepdims=True)
+    w = rng.integers(0, n_bodies, n_walls)
+    nw = np.tile([0.0, 0.0, 1.0], (n_walls, 1))
+    return _Rows(ia=np.concatenate([i, w]), ib=np.concatenate([j, -np.ones(n_walls, np.int64)]),
+                 normal=np.concatenate([n, nw]), r_i=np.concatenate([-R[i, None] * n, -R[w, None] * nw]),
+                 r_j=np.concatenate([R[j, None] * n, np.zeros((n_walls, 3))]),
+                 sep0=np.concatenate([np.linalg.norm(d, axis=1) - R[i] - R[j], x[w, 2] - R[w]])), x
+
+
+def test_stresslet_by_hand():
+    """Two spheres of radius R pressed along x by gamma, body 0 also on a floor row of multiplier 3:
+    S_0 = -gamma R e_x e_x - 3 R e_z e_z, S_1 = -gamma R e_x e_x; a row's shares are symmetric."""
+    R, gam = 0.5, 2.0
+    n = np.array([[-1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])          # pair: j -> i is -x (body 0 left of 1)
+    t = stresslet_terms([0, 0], [1, -1], np.array([[R, 0, 0], [0, 0, -R]]), np.array([[-R, 0, 0], [0, 0, 0]]),
+                        n, [gam, 3.0], 2)
+    ex, ez = np.diag([1.0, 0, 0]), np.diag([0, 0, 1.0])
+    assert np.allclose(t[0], -gam * R * ex - 3.0 * R * ez, rtol=0, atol=1e-15)
+    assert np.allclose(t[1], -gam * R * ex, rtol=0, atol=1e-15)
+    # an off-centre lever gives a symmetric tensor: r = (0, R, 0), f = (-gam, 0, 0) -> xy = yx = -gam R / 2
+    t = stresslet_terms([0], [-1], [[0.0, R, 0.0]], [[0.0, 0.0, 0.0]], [[-1.0, 0.0, 0.0]], [gam], 1)[0]
+    assert t[0, 1] == t[1, 0] == pytest.approx(-gam * R / 2) and np.count_nonzero(t) == 2
+
+
+def test_stresslets_sum_to_virial():
+    """sum_b S_b = V sym(sigma) + sum_k gamma_k sep0_k n_k n_k^T (relcp_mpi.physics.stress), exactly: the
+    stresslets of touching rows (sep0 = 0) add up to the box virial."""
+    rng = np.random.default_rng(5)
+    rows, x = _sphere_rows(rng)
+    g = rng.random(len(rows.ia))
+    m = len(x)
+    S = stresslet_terms(rows.ia, rows.ib, rows.r_i, rows.r_j, rows.normal, g, m)
+    Vsigma = -constraint_virial(rows.ia, rows.ib, rows.normal, rows.r_i, rows.sep0, g, x)
+    corr = np.einsum("k,ki,kj->ij", g * rows.sep0, rows.normal, rows.normal)
+    assert np.allclose(S.sum(axis=0), 0.5 * (Vsigma + Vsigma.T) + corr, rtol=0, atol=1e-12)
+    # move the witness points of each pair onto each other (p_i = p_j, sep0 = 0; a wall row with sep0 = 0
+    # touches whatever its lever): then the sum is V sym(sigma) itself
+    half = 0.5 * (rows.sep0 * (rows.ib >= 0))[:, None] * rows.normal
+    r_i_t, r_j_t, touching = rows.r_i - half, rows.r_j + half, np.zeros_like(rows.sep0)
+    St = stresslet_terms(rows.ia, rows.ib, r_i_t, r_j_t, rows.normal, g, m)
+    Vt = -constraint_virial(rows.ia, rows.ib, rows.normal, r_i_t, touching, g, x)
+    assert not np.allclose(St.sum(axis=0), S.sum(axis=0))
+    assert np.allclose(St.sum(axis=0), 0.5 * (Vt + Vt.T), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("periodic", [False, True])
+def test_two_spheres_stresslet(periodic):
+    """Two spheres pressed together by F (steady state, touching): each stresslet is -F R e_x e_x, and their
+    sum is V sigma."""
+    F, R = 1.0, 0.5
+    if periodic:
+        deck = _pair_deck([0.55, 0.0, 0.0], [5.45, 0.0, 0.0], -F, [0, -3, -3], [6, 3, 3], [True, False, False])
+    else:
+        deck = _pair_deck([-0.53, 0.0, 0.0], [0.53, 0.0, 0.0], F, [-3, -3, -3], [3, 3, 3], [False] * 3)
+    sim, diags = run_sim(deck, comm=MPI.COMM_SELF)
+    gid, S = sim.gather("stresslet")
+    assert gid.tolist() == [0, 1] and S.shape == (2, 3, 3)
+    expect = np.zeros((3, 3))
+    expect[0, 0] = -F * R
+    for k in range(2):
+        assert np.allclose(S[k], expect, rtol=0, atol=2e-4 * F * R)
+    d = diags[-1]
+    sigma = np.array([d[f"stress_{c}"] for c in ("xx", "xy", "xz", "yx", "yy", "yz", "zx", "zy", "zz")])
+    V = 6.0 ** 3
+    assert np.allclose(S.sum(axis=0), V * sigma.reshape(3, 3), rtol=0, atol=2e-4 * F * R)
+
+
+def _pile_deck():
+    """Spheres settling on a floor and pushed against a side wall (x = 0) in a closed (non-periodic) box,
+    longest along x (so that ranks split the pile and loaded contacts cross rank boundaries)."""
+    box = {"lo": [0, 0, 0], "hi": [8, 4, 4], "periodic": [False, False, False]}
+    gen = {"shape": "sphere", "radius": 0.45, "count": 40, "method": "lattice", "spacing": 0.9,   # touching
+           "region": {"lo": [0.0, 0.0, 0.0], "hi": [7.2, 2.7, 1.8]}}
+    return make_deck(time={"dt": 0.1, "steps": 4}, seed=21, box=box,
+                     walls=[{"point": [0, 0, 0], "normal": [0, 0, 1]}, {"point": [0, 0, 0], "normal": [1, 0, 0]}],
+                     forces={"body_force": [-3.0, 0.3, -6.0]}, generate=[gen],
+                     contact={"overlap_tol": 1e-3, "skin": 0.3}, solver={"tol": 1e-9})
+
+
+@pytest.mark.mpi
+def test_stresslet_sum_and_rank_independence(hang_guard):
+    """Settling spheres in a closed box on all ranks of COMM_WORLD (rows touching ghosts send their share to
+    the owner): per-body stresslets equal the COMM_SELF run's within the solver tolerance, and their sum is
+    V sym(sigma) + sum_k gamma_k sep0_k n_k n_k^T of the step's rows."""
+    deck = _pile_deck()
+    comm = MPI.COMM_WORLD
+    ref, _ = run_sim(deck, comm=MPI.COMM_SELF)
+    _, Sref = ref.gather("stresslet")
+    sim, diags = run_sim(deck, comm=comm)
+    gid, S = sim.gather("stresslet")
+    assert np.array_equal(gid, np.arange(40)) and np.abs(Sref).max() > 0.1      # contacts carry load
+    assert np.allclose(S, Sref, rtol=1e-5, atol=1e-5 * np.abs(Sref).max())
+    table, gamma, n_owned = sim.engine._last_rows[:3]    # the last step's rows on this rank (test only)
+    if comm.size > 1:                                    # some loaded rows touch a ghost copy
+        assert comm.allreduce(int(np.sum((table.ib >= n_owned) & (gamma > 0)))) > 0
+    corr = comm.allreduce(np.einsum("k,ki,kj->ij", gamma * table.sep0, table.normal, table.normal))
+    d = diags[-1]
+    Vs = np.array([d[f"stress_{c}"] for c in ("xx", "xy", "xz", "yx", "yy", "yz", "zx", "zy", "zz")]
+                  ).reshape(3, 3) * 8 * 4 * 4
+    assert np.allclose(S.sum(axis=0), 0.5 * (Vs + Vs.T) + corr, rtol=0, atol=1e-9 * np.abs(Vs).max())

@@ -22,7 +22,6 @@ steps and ``--restart PATH|latest`` continues from one (the CSV is appended to).
 This is a benchmark, not a test: the figures depend on the machine and its load (docs/BENCHMARKS.md).
 """
 import argparse
-import copy
 import csv
 import math
 import os
@@ -121,23 +120,19 @@ def main():
     from mpi4py import MPI
 
     from relcp_mpi import Simulation
-    from relcp_mpi.config.deck import validate
+    from relcp_mpi.config.sections import load_typed, override
     from relcp_mpi.driver.actions import Checkpoint
     comm = MPI.COMM_WORLD
-    with open(args.deck) as fh:
-        raw = yaml.safe_load(fh)
-    raw["time"]["max_halvings"] = 0            # the benchmark measures the formulation as is: no dt halving
-    raw["time"]["t_end"] = 1e6 * raw["time"]["dt"]     # effectively unbounded: the target size ends the run
-    raw["time"].pop("steps", None)
-    raw["output"] = {**raw.get("output", {}), "trajectory_every": 0, "progress_every": 0,
-                     "directory": args.ckpt_dir, "checkpoint_every": 0}
-    if args.solver:
-        raw["solver"]["method"] = args.solver
-    deck = validate(copy.deepcopy(raw))
+    deck, _ = load_typed(args.deck)
+    deck = override(deck, {
+        "time.max_halvings": 0,                        # the benchmark measures the formulation as is: no halving
+        "time.t_end": 1e6 * deck.time.dt, "time.steps": None,  # effectively unbounded: the target size ends it
+        "output.trajectory_every": 0, "output.progress_every": 0, "output.directory": args.ckpt_dir,
+        "output.checkpoint_every": 0, **({"solver.method": args.solver} if args.solver else {})}, source=args.deck)
     name = os.path.splitext(os.path.basename(args.deck))[0]
     csv_path = os.path.join(args.out, f"bench_colony_{name}.csv")
     if args.restart:
-        sim = Simulation.from_checkpoint(args.restart, deck, yaml.safe_dump(raw), comm)
+        sim = Simulation.from_checkpoint(args.restart, deck, yaml.safe_dump(deck.raw), comm)
     else:
         sim = Simulation.from_deck(deck, comm)
     if comm.rank == 0:

@@ -25,11 +25,11 @@ def main():
     a = ap.parse_args()
     from mpi4py import MPI
     from relcp_mpi import Simulation
-    from relcp_mpi.config.deck import load
+    from relcp_mpi.config.sections import load_typed, override
     comm = MPI.COMM_WORLD
-    deck, _ = load(a.deck)
+    deck, _ = load_typed(a.deck)
     if a.model:
-        deck["contact"]["model"] = a.model
+        deck = override(deck, {"contact.model": a.model}, source=a.deck)
     sim = Simulation.from_deck(deck, comm=comm, check=False)
     sim.run(a.warm, writers=[])
     sim.reset_timer()                            # time only the remaining steps
@@ -42,7 +42,7 @@ def main():
     diags = sim.history[a.warm:]
     if comm.rank == 0:
         rec = {"deck": a.deck, "ranks": comm.size, "bodies": sim.n_global, "timed_steps": a.steps,
-               "warm_steps": a.warm, "model": deck["contact"]["model"], "wall_s": wall,
+               "warm_steps": a.warm, "model": deck.contact.model, "wall_s": wall,
                "steps_per_s": a.steps / wall, "s_per_step": wall / a.steps,
                "mean_constraints": sum(d["constraints"] for d in diags) / len(diags),
                "mean_active": sum(d.get("active", 0) for d in diags) / len(diags),

@@ -99,15 +99,14 @@ def _gather_lcp(A, q, x, comm):
 
 
 def capture(a):
-    from relcp_mpi.config.deck import load
+    from relcp_mpi.config.sections import load_typed, override
     from relcp_mpi.parallel.errors import install_excepthook
     from relcp_mpi.simulation import Simulation
     import relcp_mpi.stepper.relcp as stepper
     comm = MPI.COMM_WORLD
     install_excepthook(comm)
-    deck, text = load(a.deck)
-    deck["output"]["trajectory_every"] = 0
-    deck["output"]["progress_every"] = 0
+    deck, text = load_typed(a.deck)
+    deck = override(deck, {"output.trajectory_every": 0, "output.progress_every": 0}, source=a.deck)
     targets = sorted(int(t) for t in a.targets.split(","))
     os.makedirs(a.out, exist_ok=True)
     state = {"want": None, "level": 0}

@@ -43,14 +43,6 @@ CASES = [
 ]
 
 
-def _set(deck, dotted, value):
-    *head, last = dotted.split(".")
-    d = deck
-    for k in head:
-        d = d[k]
-    d[last] = value
-
-
 def _digests(path, prefix):
     """{prefix/dataset path: sha256 of its bytes (dtype and shape included)} of every dataset in a file."""
     import h5py
@@ -74,28 +66,21 @@ def _digests(path, prefix):
 
 def run_case(name, deck_file, steps, overrides, workdir, comm):
     """Run one case in ``workdir``; returns {dataset: digest} (rank 0; {} elsewhere)."""
-    from relcp_mpi.config.deck import load, validate
-    deck, text = load(os.path.join(ROOT, "input_decks", deck_file))
-    raw = copy.deepcopy(deck)
-    for k, v in overrides.items():
-        _set(raw, k, v)
+    from relcp_mpi.config.sections import load_typed, override
+    deck, text = load_typed(os.path.join(ROOT, "input_decks", deck_file))
     out = os.path.join(workdir, name)
-    raw["output"]["directory"] = out
-    raw["output"]["progress_every"] = 0
-    if raw["engine"] == "event_driven":
+    changes = {**overrides, "output.directory": out, "output.progress_every": 0}
+    if deck.engine == "event_driven":
         from relcp_mpi.events.deck import run_event_deck
-        deck = validate(raw)
+        deck = override(deck, changes)
         path = os.path.join(out, f"{name}_events.h5")
         if comm.rank == 0:
             os.makedirs(out, exist_ok=True)
         comm.Barrier()
         run_event_deck(deck, path, comm)
         return _digests(path, "events") if comm.rank == 0 else {}
-    raw["time"]["steps"], raw["time"]["t_end"] = steps, None
-    raw["output"]["trajectory_every"] = 1
-    raw["output"]["checkpoint_every"] = steps
-    raw["output"]["keep_checkpoints"] = 1
-    deck = validate(raw)
+    deck = override(deck, {**changes, "time.steps": steps, "time.t_end": None, "output.trajectory_every": 1,
+                           "output.checkpoint_every": steps, "output.keep_checkpoints": 1})
     from relcp_mpi.simulation import Simulation
     if hasattr(Simulation, "from_deck"):
         sim = Simulation.from_deck(deck, comm=comm)
@@ -107,8 +92,8 @@ def run_case(name, deck_file, steps, overrides, workdir, comm):
     comm.Barrier()
     if comm.rank != 0:
         return {}
-    d = _digests(os.path.join(out, f"{deck['name']}.h5"), "trajectory")
-    ck = os.path.join(out, f"{deck['name']}_ckpt_{steps:09d}.h5")
+    d = _digests(os.path.join(out, f"{deck.name}.h5"), "trajectory")
+    ck = os.path.join(out, f"{deck.name}_ckpt_{steps:09d}.h5")
     d.update({k: v for k, v in _digests(ck, "checkpoint").items()})
     return d
 

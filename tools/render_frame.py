@@ -60,11 +60,10 @@ def load_frame(source, frame=None, step=None, steps=0):
 def _deck_frame(path, steps):
     from mpi4py import MPI
 
-    from relcp_mpi.config.deck import load
+    from relcp_mpi.config.sections import load_typed, override
     from relcp_mpi.simulation import Simulation
-    deck, text = load(path)
-    deck["output"]["trajectory_every"] = 0
-    deck["output"]["checkpoint_every"] = 0
+    deck, text = load_typed(path)
+    deck = override(deck, {"output.trajectory_every": 0, "output.checkpoint_every": 0}, source=path)
     sim = Simulation(deck, text, MPI.COMM_SELF)
     try:
         for _ in range(steps):
@@ -73,7 +72,7 @@ def _deck_frame(path, steps):
         sim.solver.free()
     b = sim.bodies.sort_by_gid()
     return dict(kind=b.kind, shape=b.shape, x=b.x, q=b.q, gid=b.gid,
-                label=f"{deck['name']}: step {sim.step}, t = {sim.time:.4g}, {len(b)} bodies")
+                label=f"{deck.name}: step {sim.step}, t = {sim.time:.4g}, {len(b)} bodies")
 
 
 # ------------------------------------------------------------------------------------------------

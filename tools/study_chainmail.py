@@ -66,12 +66,12 @@ def main():
     ap.add_argument("--out", default="results")
     a = ap.parse_args()
     from mpi4py import MPI
-    from relcp_mpi.config.deck import load
+    from relcp_mpi.config.sections import load_typed, override
     comm = MPI.COMM_WORLD
-    base, text = load(a.deck)
+    base, text = load_typed(a.deck)
     if a.steps is not None:
-        base["time"]["steps"] = a.steps
-    tol = float(base["contact"]["overlap_tol"])
+        base = override(base, {"time.steps": a.steps})
+    tol = float(base.contact.overlap_tol)
     pairs = initially_linked(base)
     rows, summary = [], []
     for label, d in model_variants(base, a.resolutions):
@@ -86,8 +86,8 @@ def main():
                 "linked", "min_link_sep", "z_min")
         r = [dict(model=label, **{k: x[k] for k in keep}) for x in r]
         rows += r
-        summary.append({"model": label, "ms_resolution": d["contact"]["ms_resolution"] if label != "relcp" else "", "ranks": comm.size, "bodies": sim.n_global,
-                        "steps": len(r), "dt": d["time"]["dt"], "overlap_tol": tol,
+        summary.append({"model": label, "ms_resolution": d.contact.ms_resolution if label != "relcp" else "", "ranks": comm.size, "bodies": sim.n_global,
+                        "steps": len(r), "dt": d.time.dt, "overlap_tol": tol,
                         "max_overlap": max(x["max_overlap"] for x in r),
                         "steps_over_tol": sum(x["max_overlap"] > tol for x in r),
                         "mean_constraints": float(np.mean([x["constraints"] for x in r])),

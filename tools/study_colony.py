@@ -131,13 +131,13 @@ def summarize(rows, sim, deck, comm_size, wall_total, completed, error=None, bod
     last = rows[-1] if rows else {}
     walls = [r["wall_s"] for r in rows] or [0.0]
     return {
-        "completed": completed, "error": error or "", "ranks": comm_size, "deck": deck["name"],
+        "completed": completed, "error": error or "", "ranks": comm_size, "deck": deck.name,
         "final_cells": last.get("cells", 0), "steps": len(rows), "simulated_time": last.get("time", 0.0),
-        "dt": deck["time"]["dt"], "total_wall_s": wall_total, "step_wall_s": sum(walls),
+        "dt": deck.time.dt, "total_wall_s": wall_total, "step_wall_s": sum(walls),
         "mean_wall_per_step_s": sum(walls) / max(len(rows), 1), "max_wall_per_step_s": max(walls),
         "max_overlap": max((r["max_overlap"] for r in rows), default=0.0),
-        "overlap_tol": deck["contact"]["overlap_tol"],
-        "steps_over_tol": sum(r["max_overlap"] > deck["contact"]["overlap_tol"] for r in rows),
+        "overlap_tol": deck.contact.overlap_tol,
+        "steps_over_tol": sum(r["max_overlap"] > deck.contact.overlap_tol for r in rows),
         "steps_subdivided": sum(r.get("substeps", 1) > 1 for r in rows),
         "max_substeps": max((r.get("substeps", 1) for r in rows), default=1),
         "max_depth": max((r["depth"] for r in rows), default=0),
@@ -162,14 +162,14 @@ def plot(rows, deck, out, comm_size):
     axes[0].set_title("cell count", fontsize=9)
     axes[1].semilogy([r["step"] for r in rows], [max(r["max_overlap"], 1e-9) for r in rows], lw=0.8,
                      label="max overlap")
-    axes[1].axhline(deck["contact"]["overlap_tol"], color="k", ls="--", lw=0.8, label="overlap_tol")
+    axes[1].axhline(deck.contact.overlap_tol, color="k", ls="--", lw=0.8, label="overlap_tol")
     axes[1].set_xlabel("step")
     axes[1].set_title("max smooth-surface overlap (ReLCP)", fontsize=9)
     axes[1].legend(fontsize=7)
     axes[2].loglog([r["cells"] for r in rows], [r["wall_s"] for r in rows], ".", ms=2)
     axes[2].set_xlabel("cells")
     axes[2].set_title(f"wall time per step [s] ({comm_size} ranks)", fontsize=9)
-    fig.suptitle(f"Growing colony ({deck['name']}, dt={deck['time']['dt']}), {comm_size} rank(s), {machine()}",
+    fig.suptitle(f"Growing colony ({deck.name}, dt={deck.time.dt}), {comm_size} rank(s), {machine()}",
                  fontsize=8)
     fig.tight_layout()
     fig.savefig(f"{out}/colony.png", dpi=110)
@@ -192,16 +192,16 @@ def main():
                     help="after a halved step keep the finer dt until N steps in a row succeed")
     a = ap.parse_args()
     from mpi4py import MPI
-    from relcp_mpi.config.deck import load
+    from relcp_mpi.config.sections import load_typed, override
     from relcp_mpi.parallel import decomposition as pdecomp
     from relcp_mpi.parallel.errors import install_excepthook
     comm = MPI.COMM_WORLD
     install_excepthook(comm)                 # an exception on one rank aborts the job (no hang)
-    deck, _ = load(a.deck)
-    if a.max_steps is not None:
-        deck["time"]["steps"], deck["time"]["t_end"] = a.max_steps, None
-    deck["output"]["progress_every"] = 0
-    deck["time"]["max_halvings"], deck["time"]["keep_halved_steps"] = a.max_halvings, a.keep_halved
+    deck, _ = load_typed(a.deck)
+    deck = override(deck, {"output.progress_every": 0, "time.max_halvings": a.max_halvings,
+                           "time.keep_halved_steps": a.keep_halved,
+                           **({"time.steps": a.max_steps, "time.t_end": None} if a.max_steps is not None else {})},
+                    source=a.deck)
     rows = []
     state = {"t0": time.perf_counter(), "n_prev": None, "stage_prev": {}, "sim": None}
 

@@ -58,18 +58,15 @@ def plt():
 def model_variants(base, resolutions):
     """[(label, deck)] for ReLCP and the multi-sphere baseline at each resolution (comma list or iterable).
 
-    Each deck is a deep copy of ``base`` with ``contact.model`` (and ``contact.ms_resolution``) set; labels are
-    'relcp' and 'multisphere<res>'."""
-    import copy
+    Each deck is ``base`` (a typed deck) with ``contact.model`` (and ``contact.ms_resolution``) set
+    (:func:`relcp_mpi.config.sections.override`); labels are 'relcp' and 'multisphere<res>'."""
+    from relcp_mpi.config.sections import override
     if isinstance(resolutions, str):
         resolutions = [int(r) for r in resolutions.split(",") if r.strip()]
     out = []
     for model, res in [("relcp", None)] + [("multisphere", int(r)) for r in resolutions]:
-        d = copy.deepcopy(base)
-        d["contact"]["model"] = model
-        if res:
-            d["contact"]["ms_resolution"] = res
-        out.append((f"{model}{res or ''}", d))
+        changes = {"contact.model": model, **({"contact.ms_resolution": res} if res else {})}
+        out.append((f"{model}{res or ''}", override(base, changes)))
     return out
 
 

@@ -8,7 +8,6 @@ results/two_ellipsoids.png.
     .venv/bin/python tools/study_two_ellipsoids.py [--out results]
 """
 import argparse
-import copy
 
 from study_common import machine, plt, run_rows, write_csv
 
@@ -19,17 +18,14 @@ def main():
     ap.add_argument("--dts", default="0.02,0.05,0.1,0.2")
     a = ap.parse_args()
     from mpi4py import MPI
-    from relcp_mpi.config.deck import load
-    base, text = load("input_decks/two_ellipsoids.yaml")
+    from relcp_mpi.config.sections import load_typed, override
+    base, text = load_typed("input_decks/two_ellipsoids.yaml")
     models = [("relcp", None), ("snsd", None), ("multisphere", 8), ("multisphere", 16)]
     rows, summary = [], []
     for dt in [float(x) for x in a.dts.split(",")]:
         for model, res in models:
-            d = copy.deepcopy(base)
-            d["time"]["dt"], d["time"]["steps"] = dt, int(round(6.0 / dt))
-            d["contact"]["model"] = model
-            if res:
-                d["contact"]["ms_resolution"] = res
+            d = override(base, {"time.dt": dt, "time.steps": int(round(6.0 / dt)), "contact.model": model,
+                                **({"contact.ms_resolution": res} if res else {})})
             label = f"{model}{res or ''} dt={dt}"
             sim, r = run_rows(d, comm=MPI.COMM_SELF, label=label)
             for x in r:
@@ -54,7 +50,7 @@ def main():
         for m in [f"{m}{r or ''}" for m, r in models]:
             rr = [x for x in rows if x["dt"] == dt and x["model"] == m]
             ax.semilogy([x["time"] for x in rr], [max(x["max_overlap"], 1e-9) for x in rr], label=m)
-        ax.axhline(base["contact"]["overlap_tol"], color="k", ls="--", lw=0.8, label="overlap_tol")
+        ax.axhline(base.contact.overlap_tol, color="k", ls="--", lw=0.8, label="overlap_tol")
         ax.set_title(f"dt = {dt}")
         ax.set_xlabel("time")
     axes[0].set_ylabel("max smooth-surface overlap")

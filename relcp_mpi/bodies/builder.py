@@ -9,6 +9,7 @@ import numpy as np
 from relcp_mpi.bodies.shapes import KIND_CODES, bounding_radius
 from relcp_mpi.bodies.store import BodyStore
 from relcp_mpi.config.deck import DeckError
+from relcp_mpi.config.sections import AxisAngle
 from relcp_mpi.basics import quaternion as quat
 from relcp_mpi.basics import random as prandom
 
@@ -19,8 +20,9 @@ BUILD_BYTES_PER_BODY = 1200
 
 
 def initial_body_count(deck):
-    """Number of initial bodies a validated deck defines (explicit bodies + generator counts)."""
-    return len(deck["bodies"]) + sum(int(g["count"]) for g in deck["generate"])
+    """Number of initial bodies a typed deck (:class:`relcp_mpi.config.sections.Deck`) defines (explicit
+    bodies + generator counts)."""
+    return len(deck.bodies) + sum(int(g.count) for g in deck.generate)
 
 
 def build_memory_estimate(deck):
@@ -35,21 +37,21 @@ def _orientation(spec, seed, gids, stream):
             return np.tile([1.0, 0.0, 0.0, 0.0], (n, 1))
         g = prandom.normal(seed, stream, gids, 4)
         return quat.normalize(g)
-    if isinstance(spec, dict):
-        axis = np.asarray(spec["axis"], float)
-        theta = axis / np.linalg.norm(axis) * float(spec["angle"])
+    if isinstance(spec, AxisAngle):
+        axis = np.asarray(spec.axis, float)
+        theta = axis / np.linalg.norm(axis) * float(spec.angle)
         return np.tile(quat.from_rotation_vector(theta[None, :])[0], (n, 1))
     return np.tile(quat.normalize(np.asarray(spec, float)), (n, 1))
 
 
 def _shape_row(b):
-    if b["shape"] == "sphere":
-        return [b["radius"], 0.0, 0.0]
-    if b["shape"] == "spherocylinder":
-        return [b["radius"], b["length"], 0.0]
-    if b["shape"] == "ring":
-        return [b["ring_radius"], b["radius"], 0.0]
-    return list(b["axes"])
+    if b.shape == "sphere":
+        return [b.radius, 0.0, 0.0]
+    if b.shape == "spherocylinder":
+        return [b.radius, b.length, 0.0]
+    if b.shape == "ring":
+        return [b.ring_radius, b.radius, 0.0]
+    return list(b.axes)
 
 
 def _largest_lattice_spacing(ext, n):
@@ -68,38 +70,39 @@ def _largest_lattice_spacing(ext, n):
 
 
 def build_bodies(deck):
-    """Global BodyStore of all initial bodies, ordered by gid (explicit bodies first, then generators)."""
-    seed = deck["seed"]
+    """Global BodyStore of all initial bodies of a typed deck (:class:`relcp_mpi.config.sections.Deck`),
+    ordered by gid (explicit bodies first, then generators)."""
+    seed = deck.seed
     parts = []
     gid0 = 0
-    bf = np.asarray(deck["forces"]["body_force"], float)
-    bt = np.asarray(deck["forces"]["body_torque"], float)
-    ex = deck["bodies"]
+    bf = np.asarray(deck.forces.body_force, float)
+    bt = np.asarray(deck.forces.body_torque, float)
+    ex = deck.bodies
     if ex:
         n = len(ex)
         gids = np.arange(n, dtype=np.int64)
-        q = np.concatenate([_orientation(b["orientation"], seed, gids[k:k + 1], 0) for k, b in enumerate(ex)])
+        q = np.concatenate([_orientation(b.orientation, seed, gids[k:k + 1], 0) for k, b in enumerate(ex)])
         parts.append(BodyStore(
-            gid=gids, kind=[KIND_CODES[b["shape"]] for b in ex], shape=[_shape_row(b) for b in ex],
-            x=[b["position"] for b in ex], q=q,
-            f_ext=[list(np.add(b["force"], bf)) + list(np.add(b["torque"], bt)) for b in ex],
-            u_imp=[list(b["velocity"]) + list(b["angular_velocity"]) for b in ex],
-            growth=[b["growth_rate"] for b in ex], l_div=[b["divide_at"] for b in ex],
-            fixed=[int(b["fixed"]) for b in ex]))
+            gid=gids, kind=[KIND_CODES[b.shape] for b in ex], shape=[_shape_row(b) for b in ex],
+            x=[list(b.position) for b in ex], q=q,
+            f_ext=[list(np.add(b.force, bf)) + list(np.add(b.torque, bt)) for b in ex],
+            u_imp=[list(b.velocity) + list(b.angular_velocity) for b in ex],
+            growth=[b.growth_rate for b in ex], l_div=[b.divide_at for b in ex],
+            fixed=[int(b.fixed) for b in ex]))
         gid0 = n
-    box_lo = np.asarray(deck["box"]["lo"], float)
-    box_hi = np.asarray(deck["box"]["hi"], float)
-    for k, g in enumerate(deck["generate"]):
-        n = g["count"]
+    box_lo = np.asarray(deck.box.lo, float)
+    box_hi = np.asarray(deck.box.hi, float)
+    for k, g in enumerate(deck.generate):
+        n = g.count
         if n == 0:
             continue
         gids = gid0 + np.arange(n, dtype=np.int64)
-        kind = KIND_CODES[g["shape"]]
+        kind = KIND_CODES[g.shape]
         shape = np.tile(_shape_row(g), (n, 1))
         rb = float(bounding_radius(np.array([kind]), shape[:1])[0])
-        reg = g["region"] or {"lo": box_lo.tolist(), "hi": box_hi.tolist()}
-        lo, hi = np.asarray(reg["lo"], float), np.asarray(reg["hi"], float)
-        spacing = g["spacing"]
+        lo, hi = (box_lo, box_hi) if g.region is None else (np.asarray(g.region.lo, float),
+                                                            np.asarray(g.region.hi, float))
+        spacing = g.spacing
         ext = hi - lo
         if spacing is None:
             spacing = _largest_lattice_spacing(ext, n)
@@ -108,21 +111,21 @@ def build_bodies(deck):
             raise DeckError([f"generate[{k}]: spacing {spacing:g} gives only {int(np.prod(dims))} lattice sites "
                              f"in region lo={lo.tolist()} hi={hi.tolist()}, fewer than count={n}"])
         if spacing < 2 * rb:
-            raise DeckError([f"generate[{k}]: cannot place {n} {g['shape']}s (bounding radius {rb:g}) in region "
+            raise DeckError([f"generate[{k}]: cannot place {n} {g.shape}s (bounding radius {rb:g}) in region "
                              f"lo={lo.tolist()} hi={hi.tolist()} without overlap: lattice spacing {spacing:g} "
                              f"< {2 * rb:g}; enlarge the region or lower count"])
         idx = np.arange(n)
         ijk = np.stack(np.unravel_index(idx, dims, order="F"), axis=1)
         cell = ext / dims
         x = lo + (ijk + 0.5) * cell
-        if g["method"] == "random":
+        if g.method == "random":
             room = np.maximum(0.5 * (cell.min() - 2 * rb), 0.0)
             x = x + room * (2 * prandom.uniform(seed, 1, gids, 3) - 1)
-        q = _orientation(g["orientation"], seed, gids, 0)
-        f = np.tile(np.concatenate([np.add(g["force"], bf), np.add(g["torque"], bt)]), (n, 1))
-        u = np.tile(list(g["velocity"]) + list(g["angular_velocity"]), (n, 1))
+        q = _orientation(g.orientation, seed, gids, 0)
+        f = np.tile(np.concatenate([np.add(g.force, bf), np.add(g.torque, bt)]), (n, 1))
+        u = np.tile(list(g.velocity) + list(g.angular_velocity), (n, 1))
         parts.append(BodyStore(gid=gids, kind=np.full(n, kind), shape=shape, x=x, q=q, f_ext=f, u_imp=u,
-                               growth=np.full(n, g["growth_rate"]), l_div=np.full(n, g["divide_at"]),
-                               fixed=np.full(n, int(g["fixed"]))))
+                               growth=np.full(n, g.growth_rate), l_div=np.full(n, g.divide_at),
+                               fixed=np.full(n, int(g.fixed))))
         gid0 += n
     return BodyStore.concatenate(parts)

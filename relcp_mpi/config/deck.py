@@ -37,6 +37,8 @@ Top-level sections (defaults in ``SCHEMA``)::
     debug:    {dump_lcp: DIR (dump grown LCPs there), dump_on: fail|always, check_on_fail (search an
                infeasibility certificate when a solve fails), check_rows (whole-LCP search up to this size)}
                (see relcp_mpi.stepper.lcp_debug)
+    event_driven: the certified event engine's inputs, exact numbers (engine: event_driven only; schema and
+               checks in relcp_mpi.config.events)
 
 Units are the user's (consistent) units: lengths L, times T, viscosity mu; forces F = mu L^2 / T.
 """
@@ -46,6 +48,8 @@ import os
 import numpy as np
 import yaml
 
+from relcp_mpi.config.events import check_event_section
+from relcp_mpi.config.problems import unknown_keys
 from relcp_mpi.solver.registry import method_info, method_names
 
 
@@ -326,9 +330,7 @@ def _apply(schema, data, path, problems):
     if not isinstance(data, dict):
         problems.append(f"{path or 'deck'}: must be a mapping, got {type(data).__name__}")
         return out
-    for key in data:
-        if key not in schema:
-            problems.append(f"{path + '.' if path else ''}{key}: unknown key (allowed: {', '.join(sorted(schema))})")
+    unknown_keys(data, schema, path, problems)
     for key, spec in schema.items():
         kp = f"{path}.{key}" if path else key
         if isinstance(spec, dict):
@@ -502,8 +504,11 @@ def validate(raw, source="deck"):
             problems.append("time: give only one of steps and t_end")
         if not deck["bodies"] and not deck["generate"]:
             problems.append("bodies: the deck defines no bodies (give bodies or generate)")
-    elif deck["event_driven"] is None:
-        problems.append("event_driven: required when engine is event_driven")
+    else:
+        # the event engine's section: exact numbers, every problem by dotted key into the same list
+        check_event_section(deck["event_driven"], problems)
+    if deck["engine"] == "relcp" and deck["event_driven"] is not None:
+        problems.append("event_driven: only read by engine: event_driven (this deck has engine relcp)")
 
     box = deck["box"]
     if not _vec3(box["lo"]) and not _vec3(box["hi"]):

@@ -3,18 +3,104 @@
 Validation (:func:`relcp_mpi.config.deck.validate`) stays where it is and reports every problem at once by
 dotted key; this module only turns its normalised mapping (defaults filled) into one frozen dataclass per
 section, so the driver reads ``deck.time.dt`` instead of ``deck["time"]["dt"]``.  Field names are the deck's
-keys (units as in :mod:`relcp_mpi.config.deck`).  Body lists (``bodies``, ``generate``), ``forces`` and the
-event-driven section stay mappings (their consumers, the body builder and the event engine, read them);
-``Deck.raw`` is the whole validated mapping (stored in checkpoints, compared on restart).
+keys (units as in :mod:`relcp_mpi.config.deck`).  The body lists are tuples of :class:`BodySpec` /
+:class:`GeneratorSpec`, the event engine's section an :class:`~relcp_mpi.config.events.EventDrivenSection`
+(exact numbers).  ``Deck.raw`` is the whole validated mapping (stored in checkpoints, compared on restart).
+Nothing outside ``config/`` looks keys up in a deck mapping: changes to a deck (command-line overrides, the
+studies' variations) go through :func:`override`, which validates the changed deck again.
 """
+import copy
+import dataclasses
 import os
 from dataclasses import dataclass, fields
+
+from relcp_mpi.config.deck import BODY_KEYS, GENERATOR_KEYS, load, validate
+from relcp_mpi.config.events import check_event_section
+
+
+def _frozen(v):
+    """Lists (nested too) become tuples."""
+    return tuple(_frozen(c) for c in v) if isinstance(v, list) else v
 
 
 def _section(cls, d):
     """``cls`` from the mapping ``d``: the fields ``cls`` declares (keys added to the schema later are ignored
     here until the section declares them); lists become tuples (frozen)."""
-    return cls(**{f.name: (tuple(d[f.name]) if isinstance(d[f.name], list) else d[f.name]) for f in fields(cls)})
+    return cls(**{f.name: _frozen(d[f.name]) for f in fields(cls)})
+
+
+def _body_spec(cls, d):
+    """A :class:`BodySpec` / :class:`GeneratorSpec` from a validated entry: an axis-angle orientation becomes an
+    :class:`AxisAngle`, a region a :class:`Region`."""
+    spec = _section(cls, d)
+    o, r = d["orientation"], d.get("region")
+    return dataclasses.replace(spec, **({"orientation": AxisAngle(tuple(o["axis"]), o["angle"])}
+                                        if isinstance(o, dict) else {}),
+                               **({"region": Region(tuple(r["lo"]), tuple(r["hi"]))} if isinstance(r, dict) else {}))
+
+
+@dataclass(frozen=True)
+class AxisAngle:
+    """A body orientation given as a rotation ``angle`` [rad] about ``axis`` (3,) (not necessarily unit)."""
+    axis: tuple
+    angle: float
+
+
+@dataclass(frozen=True)
+class Region:
+    lo: tuple                 # (3,) [L]
+    hi: tuple                 # (3,) [L]
+
+
+@dataclass(frozen=True)
+class ForcesSection:
+    body_force: tuple         # (3,) [F] on every body
+    body_torque: tuple        # (3,) [F L] on every body
+
+
+@dataclass(frozen=True)
+class BodySpec:
+    """One entry of ``bodies`` (keys: :data:`relcp_mpi.config.deck.BODY_KEYS`)."""
+    shape: str                # sphere | spherocylinder | ellipsoid | ring
+    radius: float             # [L] or None
+    length: float             # [L] or None (spherocylinder)
+    axes: tuple               # (3,) [L] or None (ellipsoid)
+    ring_radius: float        # [L] or None (ring)
+    position: tuple           # (3,) [L]
+    orientation: object       # 'random' | 'identity' | (w, x, y, z) | AxisAngle
+    force: tuple              # (3,) [F]
+    torque: tuple             # (3,) [F L]
+    velocity: tuple           # (3,) [L/T] imposed
+    angular_velocity: tuple   # (3,) [1/T] imposed
+    growth_rate: float        # [L/T] (spherocylinders)
+    divide_at: float          # [L] (spherocylinders, 0: never)
+    fixed: bool
+
+
+@dataclass(frozen=True)
+class GeneratorSpec:
+    """One entry of ``generate`` (keys: :data:`relcp_mpi.config.deck.GENERATOR_KEYS`)."""
+    shape: str
+    radius: float
+    length: float
+    axes: tuple
+    ring_radius: float
+    count: int
+    method: str               # lattice | random
+    region: object            # Region or None (the box)
+    spacing: float            # [L] lattice spacing or None (largest that fits)
+    orientation: object       # 'random' | 'identity' | (w, x, y, z) | AxisAngle
+    force: tuple
+    torque: tuple
+    velocity: tuple
+    angular_velocity: tuple
+    growth_rate: float
+    divide_at: float
+    fixed: bool
+
+
+assert {f.name for f in fields(BodySpec)} == set(BODY_KEYS)
+assert {f.name for f in fields(GeneratorSpec)} == set(GENERATOR_KEYS)
 
 
 @dataclass(frozen=True)
@@ -124,6 +210,10 @@ class Deck:
     output: OutputSection
     growth: GrowthSection
     debug: DebugSection
+    forces: ForcesSection
+    bodies: tuple             # of BodySpec
+    generate: tuple           # of GeneratorSpec
+    event_driven: object      # EventDrivenSection (engine event_driven) or None
     raw: dict
 
     @property
@@ -143,4 +233,34 @@ def typed(deck):
                 contact=_section(ContactSection, deck["contact"]), solver=_section(SolverSection, deck["solver"]),
                 parallel=_section(ParallelSection, deck["parallel"]), output=_section(OutputSection, deck["output"]),
                 growth=_section(GrowthSection, deck["growth"]), debug=_section(DebugSection, deck["debug"]),
-                raw=deck)
+                forces=_section(ForcesSection, deck["forces"]),
+                bodies=tuple(_body_spec(BodySpec, b) for b in deck["bodies"]),
+                generate=tuple(_body_spec(GeneratorSpec, g) for g in deck["generate"]),
+                event_driven=check_event_section(deck["event_driven"], []) if deck["engine"] == "event_driven"
+                else None, raw=deck)
+
+
+def override(deck, changes, source="deck"):
+    """A new typed :class:`Deck`: ``deck`` (a Deck or a validated mapping; not modified) with ``changes``, a
+    mapping of dotted keys to values (``{"time.steps": 10, "output.progress_every": 0}``; a top-level key
+    replaces its whole section), validated again (:class:`~relcp_mpi.config.deck.DeckError` naming the key).
+    Unknown sections or keys are refused like in a deck file."""
+    raw = copy.deepcopy(deck.raw if isinstance(deck, Deck) else deck)
+    for key, value in changes.items():
+        *path, last = key.split(".")
+        node = raw
+        for k in path:
+            node = node.setdefault(k, {}) if isinstance(node, dict) else node
+        if not isinstance(node, dict):
+            from relcp_mpi.config.deck import DeckError
+            raise DeckError([f"{key}: {'.'.join(path)} is not a section"], source)
+        node[last] = value
+    return typed(validate(raw, source=source))
+
+
+
+def load_typed(path):
+    """(typed :class:`Deck`, YAML text) of the deck file ``path`` (:func:`relcp_mpi.config.deck.load`: every
+    problem at once in one DeckError naming the file)."""
+    deck, text = load(path)
+    return typed(deck), text

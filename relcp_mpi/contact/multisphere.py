@@ -238,6 +238,39 @@ def proxy_gap(kind, shape, resolution):
     return gap
 
 
+def resolution_for_gap(kind, shape, max_gap, max_resolution=4096):
+    """Smallest proxy resolution n (spheres per body) with ``proxy_gap(kind, shape, n) <= max_gap`` for every
+    one of the given bodies (kind (m,), shape (m, 3)): the LCP-MS resolution whose surface roughness matches
+    a length ``max_gap`` [L] (e.g. ``contact.overlap_tol``).  The gap decreases with n (the axis layout is
+    re-optimised for every n; tested), so the search doubles n until the gap is met and then bisects:
+    O(log n) layouts.  Returns ``(n, gap at n)``; raises ValueError when even ``max_resolution`` spheres do
+    not reach ``max_gap`` (e.g. flat ellipsoids, whose gap tends to b - c).  Bodies that are one sphere
+    (spheres, round ellipsoids, capsules with L = 0) have gap 0 at n = 1."""
+    if not max_gap > 0:
+        raise ValueError(f"max_gap must be > 0, got {max_gap}")
+    kind, shape = _as_arrays(kind, shape)
+
+    def worst(n):
+        return float(proxy_gap(kind, shape, n).max()) if len(kind) else 0.0
+
+    lo, hi = 0, 1                     # invariant: worst(lo) > max_gap (lo = 0: nothing), worst(hi) tested
+    g_hi = worst(hi)
+    while g_hi > max_gap:
+        if hi >= max_resolution:
+            raise ValueError(f"proxy gap {g_hi:.3g} at the largest resolution {max_resolution} still exceeds "
+                             f"{max_gap:g}")
+        lo, hi = hi, min(2 * hi, max_resolution)
+        g_hi = worst(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        g = worst(mid)
+        if g <= max_gap:
+            hi, g_hi = mid, g
+        else:
+            lo = mid
+    return hi, g_hi
+
+
 # ----------------------------------------------------------------------------------------------------------
 # constraint rows
 # ----------------------------------------------------------------------------------------------------------

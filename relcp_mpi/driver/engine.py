@@ -29,7 +29,7 @@ from relcp_mpi.parallel.ghosts import exchange_ghosts, refresh_ghosts
 from relcp_mpi.parallel.migration import migrate
 from relcp_mpi.physics.growth import GrowthModel, divide, grow
 from relcp_mpi.physics.mobility import mobility_blocks
-from relcp_mpi.physics.stress import step_stress_diagnostics
+from relcp_mpi.physics.stress import body_stresslets, step_stress_diagnostics
 from relcp_mpi.state import box_of, empty_warm
 from relcp_mpi.stepper.lcp_debug import LcpDebug
 from relcp_mpi.stepper.relcp import StepInput, StepParams, StepWorkspace, relcp_step
@@ -67,16 +67,26 @@ class StepEngine:
                                  line_contacts=c.line_contacts,
                                  # the early trial-range check only makes sense when the step can be redone
                                  max_trial_rotation=c.max_trial_rotation if deck.time.max_halvings else 0.0,
-                                 debug=LcpDebug.from_deck(dataclasses.asdict(deck.debug)))
-        self.growth_model = GrowthModel.from_deck(dataclasses.asdict(deck.growth))
+                                 debug=LcpDebug.from_deck(deck.debug))
+        self.growth_model = GrowthModel.from_deck(deck.growth)
         self.workspace = StepWorkspace(comm)
         self.has_growth = bool(comm.allreduce(bool(np.any(state.bodies.growth != 0)), op=MPI.LOR))
         self.ghosts = None
         self.contact_force = None
+        self._last_rows = None          # (table, gamma, n_owned, row, row_starts) of the last step: stresslets
 
     def free(self):
         """Release the PETSc workspace (it is re-created by the next step)."""
         self.workspace.free()
+
+    def body_stresslet(self, n_owned):
+        """(n_owned, 3, 3) stresslet [F L] of every owned body in the last step (zeros before the first step),
+        aligned with the owned bodies until the next step (:func:`relcp_mpi.physics.stress.body_stresslets`).
+        Collective."""
+        if self._last_rows is None:
+            return np.zeros((n_owned, 3, 3))
+        table, gamma, n, row, row_starts = self._last_rows
+        return body_stresslets(table, gamma, n, row, row_starts, self.comm)
 
     # ------------------------------------------------------------------------------------------------
     def _rebalance_if_needed(self, st):
@@ -201,6 +211,7 @@ class StepEngine:
         b.q[:] = res.q
         b.u[:] = res.U
         self.contact_force = res.F          # (n_owned, 6) constraint force/torque of the step [F, F L]
+        self._last_rows = (res.table, res.gamma, n, inp.row, st.row_starts)
         own = res.table.ia[res.table.ia < len(b)]
         st.work = 1.0 + np.bincount(own, minlength=len(b))
         st.warm = res.warm_table()

@@ -25,11 +25,13 @@ A deck selects the engine at the top level and puts the engine's inputs in the `
         - {position: [0], velocity: [1], mass: 1, radius: 1/2}
         - ...
 
-Every number is read exactly: integers, ``"p/q"`` strings, decimal strings (``"0.1"``, ``"1e-6"``), and YAML
-floats (read through their shortest decimal repr, so ``0.1`` is ``1/10``).  All problems are collected and
-reported together in one ``DeckError`` (from :mod:`relcp_mpi.config.deck` when available) naming the key
-and the bad value.  Instead of ``spheres`` the arrays ``positions``, ``velocities``, ``masses``, ``radii`` may
-be given (``masses``/``radii`` may be scalars applied to every sphere).
+The deck is read by the project's one deck loader (:func:`relcp_mpi.config.deck.validate`, section schema in
+:mod:`relcp_mpi.config.events`): every number exactly (integers, ``"p/q"`` strings, decimal strings, YAML
+floats through their shortest decimal repr, so ``0.1`` is ``1/10``), every problem of the whole deck reported
+together in one ``DeckError`` naming the dotted key and the bad value, and the typed
+:class:`~relcp_mpi.config.events.EventDrivenSection` as the result.  Instead of ``spheres`` the arrays
+``positions``, ``velocities``, ``masses``, ``radii`` may be given (``masses``/``radii`` may be scalars applied
+to every sphere).
 
 Output (:func:`run_event_deck`, HDF5 built in memory by rank 0 and written to ``path`` with plain file I/O, atomically):
 
@@ -46,262 +48,49 @@ Output (:func:`run_event_deck`, HDF5 built in memory by rank 0 and written to ``
 * ``pending/`` (only when an event was certified but not processed, e.g. a pre-impact endpoint event):
   ``pair``, ``bracket``.
 """
+import copy
 import os
-from fractions import Fraction
 
 import numpy as np
 
-from .exact import fstr, to_fraction
-from .simulator import POLICIES, simulate
+from relcp_mpi.config.deck import DeckError, validate
+from relcp_mpi.config.sections import Deck, typed
 
-__all__ = ["parse_event_deck", "run_event_deck", "EVENT_KEYS"]
+from .exact import fstr
+from .simulator import simulate
 
-try:  # share the project's error type when the config package provides it
-    from relcp_mpi.config.deck import DeckError
-except Exception:  # pragma: no cover
-    class DeckError(ValueError):
-        def __init__(self, problems, source="deck"):
-            self.problems = list(problems)
-            super().__init__(f"invalid input deck {source}:\n  - " + "\n  - ".join(self.problems))
-
-EVENT_KEYS = {"dimension", "horizon", "eps_time", "eps_guard", "delta", "n_evt", "budget", "endpoint_policy",
-              "restitution", "field", "precision", "ledger_tol", "spheres", "positions", "velocities", "masses",
-              "radii"}
-PRECISION_KEYS = {"grid_bits", "round_bits", "bound_bits", "max_refine"}
-SPHERE_KEYS = {"position", "velocity", "mass", "radius"}
+__all__ = ["parse_event_deck", "run_event_deck", "event_deck"]
 
 
-# bounds on the work and precision a deck can ask for (exit 2 naming the key instead of a run that never ends):
-MAX_NUMBER_BITS = 1024      # numerator and denominator of every number: |x| and 1/|x| below ~1.8e308
-MAX_PRECISION_BITS = 4096   # precision.grid_bits / round_bits / bound_bits
-MAX_REFINE = 10000          # precision.max_refine
-MAX_EVENTS = 10 ** 6        # n_evt and budget
-MAX_SPHERES = 2000          # P (every event inspects the P (P - 1) / 2 pairs exactly)
-MAX_DIMENSION = 64
-
-
-def _exact(x, name):
-    """to_fraction with a bound on the size of the number: a decimal exponent or an integer too large is
-    refused before it is expanded (``1e100000000`` would take minutes to build and forever to simulate)."""
-    import re
-    if isinstance(x, str):
-        m = re.search(r"[eE]\s*([+-]?\d+)\s*$", x.strip())
-        if m and abs(int(m.group(1))) > 400:
-            raise ValueError(f"{name}: {x!r} is out of range (magnitude between 1e-300 and 1e300 and at most "
-                             f"{MAX_NUMBER_BITS} bits in numerator and denominator)")
-        if len(x) > 1000:
-            raise ValueError(f"{name}: {x[:40]!r}... is too long ({len(x)} characters) for a number")
-    v = to_fraction(x, name)
-    if v.numerator.bit_length() > MAX_NUMBER_BITS or v.denominator.bit_length() > MAX_NUMBER_BITS:
-        shown = x if len(str(x)) <= 40 else str(x)[:40] + "..."
-        raise ValueError(f"{name}: {shown!r} is out of range (numerator and denominator must have at most "
-                         f"{MAX_NUMBER_BITS} bits, i.e. magnitudes between ~1e-308 and ~1e308)")
-    return v
-
-
-def _num(sec, key, problems, path, positive=False, required=True, default=None):
-    if key not in sec or sec[key] is None:
-        if required:
-            problems.append(f"{path}.{key}: required")
-        return default
-    try:
-        x = _exact(sec[key], f"{path}.{key}")
-    except ValueError as exc:
-        problems.append(str(exc))
-        return default
-    if positive and x <= 0:
-        problems.append(f"{path}.{key}: must be > 0, got {sec[key]!r}")
-    return x
-
-
-def _int(sec, key, problems, path, required=True, default=None, minimum=0, maximum=None):
-    if key not in sec or sec[key] is None:
-        if required:
-            problems.append(f"{path}.{key}: required")
-        return default
-    x = sec[key]
-    if isinstance(x, bool) or not isinstance(x, int) or x < minimum or (maximum is not None and x > maximum):
-        rng = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
-        shown = repr(x) if len(repr(x)) <= 40 else repr(x)[:40] + "..."
-        problems.append(f"{path}.{key}: must be an integer {rng}, got {shown}")
-        return default
-    return x
-
-
-def _vector(x, name, problems, d=None):
-    if not isinstance(x, (list, tuple)) or not x:
-        problems.append(f"{name}: expected a list of numbers, got {x!r}")
-        return None
-    try:
-        out = [_exact(c, name) for c in x]
-    except ValueError as exc:
-        problems.append(str(exc))
-        return None
-    if d is not None and len(out) != d:
-        problems.append(f"{name}: expected {d} components, got {len(out)} ({x!r})")
-        return None
-    return out
+def event_deck(deck, source="deck"):
+    """The typed :class:`~relcp_mpi.config.sections.Deck` of an ``engine: event_driven`` deck: ``deck`` is a
+    Deck or a deck mapping (validated here, not modified).  Raises ``DeckError`` listing every problem."""
+    if not isinstance(deck, Deck):
+        if not isinstance(deck, dict):
+            raise DeckError([f"top level must be a mapping, got {type(deck).__name__}"], source)
+        deck = typed(validate(copy.deepcopy(deck), source=source))
+    if deck.engine != "event_driven":
+        raise DeckError([f"engine: must be event_driven for this runner, got {deck.engine!r}"], source)
+    return deck
 
 
 def parse_event_deck(deck, source="deck"):
-    """Validate an ``engine: event_driven`` deck (a dict) and return the keyword arguments of
-    :func:`~relcp_mpi.events.simulator.simulate` (plus ``name``).  Raises ``DeckError`` listing every problem."""
-    problems = []
-    if not isinstance(deck, dict):
-        raise DeckError([f"top level must be a mapping, got {type(deck).__name__}"], source)
-    engine = deck.get("engine", "event_driven")
-    if engine != "event_driven":
-        problems.append(f"engine: must be event_driven for this runner, got {engine!r}")
-    sec = deck.get("event_driven", deck.get("events"))
-    path = "event_driven"
-    if not isinstance(sec, dict):
-        raise DeckError(problems + [f"{path}: required mapping, got {sec!r}"], source)
-    for k in sec:
-        if k not in EVENT_KEYS:
-            problems.append(f"{path}.{k}: unknown key (allowed: {', '.join(sorted(EVENT_KEYS))})")
-    out = {"name": str(deck.get("name", "event_driven"))}
-    out["T"] = _num(sec, "horizon", problems, path, positive=True)
-    out["eps_time"] = _num(sec, "eps_time", problems, path, positive=True)
-    out["eps_guard"] = _num(sec, "eps_guard", problems, path, positive=True)
-    out["delta"] = _num(sec, "delta", problems, path, positive=True)
-    out["n_evt"] = _int(sec, "n_evt", problems, path, maximum=MAX_EVENTS)
-    out["budget"] = _int(sec, "budget", problems, path, maximum=MAX_EVENTS)
-    pol = sec.get("endpoint_policy", "include")
-    if pol not in POLICIES:
-        problems.append(f"{path}.endpoint_policy: must be one of {', '.join(POLICIES)}, got {pol!r}")
-    out["endpoint_policy"] = pol
-    lt = _num(sec, "ledger_tol", problems, path, required=False)
-    if lt is not None and lt < 0:
-        problems.append(f"{path}.ledger_tol: must be >= 0, got {sec['ledger_tol']!r}")
-    out["ledger_tol"] = lt
-
-    prec = sec.get("precision") or {}
-    if not isinstance(prec, dict):
-        problems.append(f"{path}.precision: expected a mapping, got {prec!r}")
-        prec = {}
-    for k in prec:
-        if k not in PRECISION_KEYS:
-            problems.append(f"{path}.precision.{k}: unknown key (allowed: {', '.join(sorted(PRECISION_KEYS))})")
-    pp = path + ".precision"
-    out["grid_bits"] = _int(prec, "grid_bits", problems, pp, required=False, minimum=1, maximum=MAX_PRECISION_BITS)
-    out["round_bits"] = _int(prec, "round_bits", problems, pp, required=False, minimum=1,
-                             maximum=MAX_PRECISION_BITS)
-    out["bits"] = _int(prec, "bound_bits", problems, pp, required=False, default=64, minimum=16,
-                       maximum=MAX_PRECISION_BITS)
-    out["max_refine"] = _int(prec, "max_refine", problems, pp, required=False, default=200, minimum=1,
-                             maximum=MAX_REFINE)
-
-    # spheres
-    d = _int(sec, "dimension", problems, path, required=False, minimum=1, maximum=MAX_DIMENSION)
-    pos, vel, mas, rad = [], [], [], []
-    if "spheres" in sec:
-        sph = sec["spheres"]
-        if not isinstance(sph, list):
-            problems.append(f"{path}.spheres: expected a list of {{position, velocity, mass, radius}}")
-            sph = []
-        for k, s in enumerate(sph):
-            sp = f"{path}.spheres[{k}]"
-            if not isinstance(s, dict):
-                problems.append(f"{sp}: expected a mapping, got {s!r}")
-                continue
-            for key in s:
-                if key not in SPHERE_KEYS:
-                    problems.append(f"{sp}.{key}: unknown key (allowed: {', '.join(sorted(SPHERE_KEYS))})")
-            p = _vector(s.get("position"), f"{sp}.position", problems, d)
-            if p is not None and d is None:
-                d = len(p)
-            pos.append(p)
-            vel.append(_vector(s.get("velocity", [0] * (d or 1)), f"{sp}.velocity", problems, d))
-            mas.append(_num(s, "mass", problems, sp, positive=True, required=False, default=Fraction(1)))
-            rad.append(_num(s, "radius", problems, sp, positive=True))
-    elif "positions" in sec:
-        P0 = sec["positions"] if isinstance(sec["positions"], list) else []
-        for k, p in enumerate(P0):
-            p = _vector(p, f"{path}.positions[{k}]", problems, d)
-            if p is not None and d is None:
-                d = len(p)
-            pos.append(p)
-        V0 = sec.get("velocities", [[0] * (d or 1)] * len(pos))
-        if not isinstance(V0, list) or len(V0) != len(pos):
-            problems.append(f"{path}.velocities: expected {len(pos)} vectors")
-        else:
-            vel = [_vector(x, f"{path}.velocities[{k}]", problems, d) for k, x in enumerate(V0)]
-        for key, lst in (("masses", mas), ("radii", rad)):
-            val = sec.get(key, 1 if key == "masses" else None)
-            if isinstance(val, list):
-                if len(val) != len(pos):
-                    problems.append(f"{path}.{key}: expected {len(pos)} entries, got {len(val)}")
-                for k, x in enumerate(val):
-                    lst.append(_num({key: x}, key, problems, f"{path}[{k}]", positive=True))
-            else:
-                x = _num({key: val}, key, problems, path, positive=True)
-                lst.extend([x] * len(pos))
-    else:
-        problems.append(f"{path}.spheres: required (or give positions/velocities/masses/radii)")
-    if len(pos) < 2 and ("spheres" in sec or "positions" in sec):
-        problems.append(f"{path}.spheres: need at least 2 spheres, got {len(pos)}")
-    if len(pos) > MAX_SPHERES:
-        problems.append(f"{path}.spheres: at most {MAX_SPHERES} spheres, got {len(pos)}")
-    out.update(positions=pos, velocities=vel, masses=mas, radii=rad)
-
-    e = sec.get("restitution", 1)
-    if isinstance(e, list):
-        ok = len(e) == len(pos) and all(isinstance(r, list) and len(r) == len(pos) for r in e)
-        if not ok:
-            problems.append(f"{path}.restitution: expected a scalar or a {len(pos)} x {len(pos)} matrix")
-        else:
-            try:
-                e = [[_exact(x, f"{path}.restitution") for x in r] for r in e]
-                for i in range(len(e)):
-                    for j in range(len(e)):
-                        if i != j and not (0 <= e[i][j] <= 1):
-                            problems.append(f"{path}.restitution[{i}][{j}]: must lie in [0, 1], got {e[i][j]}")
-                        if e[i][j] != e[j][i]:
-                            problems.append(f"{path}.restitution: must be symmetric ([{i}][{j}] != [{j}][{i}])")
-            except ValueError as exc:
-                problems.append(str(exc))
-    else:
-        x = _num({"restitution": e}, "restitution", problems, path)
-        if x is not None and not (0 <= x <= 1):
-            problems.append(f"{path}.restitution: must lie in [0, 1], got {e!r}")
-        e = x
-    out["restitution"] = e
-    if "field" in sec and sec["field"] is not None:
-        out["field"] = _vector(sec["field"], f"{path}.field", problems, d)
-    else:
-        out["field"] = None
-    if not problems:
-        problems += _overlaps(out["positions"], out["radii"], sec, path)
-    if problems:
-        raise DeckError(problems, source)
-    return out
-
-
-def _overlaps(pos, rad, sec, path, limit=5):
-    """'spheres i and j overlap' problems of the initial state (exact: ||q_i - q_j||^2 < (r_i + r_j)^2),
-    at most ``limit`` listed.  Float screening first (O(P^2) vectorised), exact check of the close pairs."""
-    P = len(pos)
-    if P < 2:
-        return []
-    X = np.array([[float(c) for c in p] for p in pos])
-    R = np.array([float(r) for r in rad])
-    i, j = np.triu_indices(P, 1)
-    d2 = np.sum((X[i] - X[j]) ** 2, axis=1)
-    near = d2 <= (R[i] + R[j]) ** 2 * (1 + 1e-9) + 1e-300
-    what = "spheres" if "spheres" in sec else "positions"
-    out = []
-    for a, b in zip(i[near], j[near]):
-        a, b = int(a), int(b)
-        e2 = sum((x - y) ** 2 for x, y in zip(pos[a], pos[b]))
-        s2 = (rad[a] + rad[b]) ** 2
-        if e2 < s2:
-            depth = float(rad[a] + rad[b]) - float(e2) ** 0.5
-            out.append(f"{path}.{what}[{a}] and {path}.{what}[{b}]: the initial spheres overlap (centre distance "
-                       f"{float(e2) ** 0.5:.6g} < r_{a} + r_{b} = {float(rad[a] + rad[b]):.6g}, by {depth:.3g})")
-            if len(out) >= limit:
-                out.append(f"{path}.{what}: (further overlapping pairs not listed)")
-                break
-    return out
+    """Validate an ``engine: event_driven`` deck (a mapping or a typed Deck) and return the keyword arguments
+    of :func:`~relcp_mpi.events.simulator.simulate` (plus ``name``).  Raises ``DeckError`` listing every
+    problem."""
+    d = event_deck(deck, source)
+    ev = d.event_driven
+    sph = ev.spheres
+    e = ev.restitution
+    return {"name": d.name, "T": ev.horizon, "eps_time": ev.eps_time, "eps_guard": ev.eps_guard,
+            "delta": ev.delta, "n_evt": ev.n_evt, "budget": ev.budget, "endpoint_policy": ev.endpoint_policy,
+            "ledger_tol": ev.ledger_tol, "grid_bits": ev.precision.grid_bits,
+            "round_bits": ev.precision.round_bits, "bits": ev.precision.bound_bits,
+            "max_refine": ev.precision.max_refine,
+            "positions": [list(s.position) for s in sph], "velocities": [list(s.velocity) for s in sph],
+            "masses": [s.mass for s in sph], "radii": [s.radius for s in sph],
+            "restitution": [list(r) for r in e] if isinstance(e, tuple) else e,
+            "field": None if ev.field is None else list(ev.field)}
 
 
 def _f(x):

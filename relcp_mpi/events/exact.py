@@ -22,35 +22,20 @@ from math import isqrt
 import math
 import numbers
 
+from relcp_mpi.basics.rational import to_fraction as _to_fraction
+
 __all__ = ["to_fraction", "sign_surd", "sign_two_surds", "QuadSurd", "as_surd", "simplify", "sqrt_down",
            "sqrt_up", "exp_up", "round_dyadic", "round_up_rel", "SQRT2_UP", "fstr"]
 
 
 def to_fraction(x, name="value"):
-    """Convert ``x`` to a Fraction exactly.  Floats are read through their shortest decimal ``repr``
-    (``0.1`` is ``1/10``), strings may be ``"3"``, ``"-1/3"``, ``"0.25"``, ``"1e-6"``.  Booleans, NaN and
-    infinities are rejected with a ``ValueError`` naming ``name``."""
-    if isinstance(x, bool):
-        raise ValueError(f"{name}: expected a number, got the boolean {x!r}")
-    if isinstance(x, Fraction):
-        return x
-    if isinstance(x, numbers.Integral):
-        return Fraction(int(x))
-    if isinstance(x, numbers.Rational):
-        return Fraction(x.numerator, x.denominator)
-    if isinstance(x, numbers.Real) and not isinstance(x, QuadSurd):
-        xf = float(x)
-        if not math.isfinite(xf):
-            raise ValueError(f"{name}: expected a finite number, got {x!r}")
-        return Fraction(repr(xf))
-    if isinstance(x, str):
-        try:
-            return Fraction(x.strip())
-        except (ValueError, ZeroDivisionError):
-            raise ValueError(f"{name}: cannot read {x!r} as an exact number (use e.g. 3, -1/3, 0.25, 1e-6)")
-    if isinstance(x, QuadSurd) and x.is_rational():
-        return x.a
-    raise ValueError(f"{name}: expected a rational number, got {x!r} ({type(x).__name__})")
+    """Convert ``x`` to a Fraction exactly (:func:`relcp_mpi.basics.rational.to_fraction`); a rational
+    QuadSurd gives its rational part, an irrational one a ``ValueError``."""
+    if isinstance(x, QuadSurd):
+        if x.is_rational():
+            return x.a
+        raise ValueError(f"{name}: expected a rational number, got {x!r} ({type(x).__name__})")
+    return _to_fraction(x, name)
 
 
 def _sgn(x):

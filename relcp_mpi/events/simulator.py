@@ -29,6 +29,8 @@ from fractions import Fraction
 from functools import cmp_to_key
 from typing import Optional
 
+from relcp_mpi.config.events import ENDPOINT_POLICIES
+
 from .exact import QuadSurd, SQRT2_UP, round_dyadic, round_up_rel, sqrt_up, to_fraction
 from .provider import (AMBIGUOUS, BUDGET, ENDPOINT, EVENT_COUNT, LEDGER, SEPARATION, SIMULTANEOUS, TRANSVERSE,
                        ExactProvider)
@@ -36,7 +38,7 @@ from .provider import (AMBIGUOUS, BUDGET, ENDPOINT, EVENT_COUNT, LEDGER, SEPARAT
 __all__ = ["Segment", "Event", "EventResult", "simulate", "COMPLETE", "UNRESOLVED"]
 
 COMPLETE, UNRESOLVED = "complete", "unresolved"
-POLICIES = ("include", "pre-impact")
+POLICIES = ENDPOINT_POLICIES
 
 
 @dataclass

@@ -57,11 +57,12 @@ class GrowthModel:
 
     @classmethod
     def from_deck(cls, section):
-        s = section or {}
-        return cls(model=s.get("model") or "linear", division_noise=float(s.get("division_noise") or 0.0),
-                   orientation_noise=float(s.get("orientation_noise", 0.02)),
-                   noise_axis=None if s.get("noise_axis") is None else tuple(float(v) for v in s["noise_axis"]),
-                   growth_rate_noise=float(s.get("growth_rate_noise") or 0.0))
+        """From the deck's typed ``growth`` section (:class:`relcp_mpi.config.sections.GrowthSection`)."""
+        s = section
+        return cls(model=s.model, division_noise=float(s.division_noise),
+                   orientation_noise=float(s.orientation_noise),
+                   noise_axis=None if s.noise_axis is None else tuple(float(v) for v in s.noise_axis),
+                   growth_rate_noise=float(s.growth_rate_noise))
 
 
 _DEFAULT = GrowthModel()

@@ -31,8 +31,29 @@ V is the volume of the deck's box (``box.lo``/``box.hi``, periodic or not): the 
 simulation box, so a dilute packing in a big box has a small stress.
 
 Cost: one (c, 3)^T (c, 3) product per rank and one allreduce of 9 numbers.
+
+**Per-body stresslet** (:func:`body_stresslets`, on demand: ``Simulation.stresslet()`` /
+``sim.gather("stresslet")``): the symmetric first moment of the constraint forces on each body,
+
+    S_b = sum over the rows c touching b of  sym(r_bc (x) f_bc)                       [F L]
+
+with r_bc = p_bc - x_b the lever from the body centre to the row's witness point on b and f_bc the row's
+force on b (+gamma n for body i, -gamma n for body j; wall rows act on body i only).  Compressive contacts
+give negative normal components (two spheres of radius R pressed by F along x: S = -F R e_x e_x each).
+Relation to the virial: for every pair row (r_i - r_j) = (p_i - p_j) - (x_i - x_j), and for a wall row
+r_i = (p_i - p_wall) - (sep0 n - r_i) with p_i - p_wall = sep0 n, so (rows generated at the start-of-step
+configuration, witness points p_i - p_j = sep0 n as for spheres and for smooth bodies in contact)
+
+    sum_b S_b = V sym(sigma) + sum_k gamma_k sep0_k n_k n_k^T ,
+
+i.e. the stresslets sum to the box's virial when the loaded rows touch (sep0 = 0) and differ by at most
+sum_k gamma_k |sep0_k| (about overlap_tol times the total contact force) otherwise; rows appended at trial
+configurations (recursion levels >= 1) carry their trial lever arms.  Rows of a rank that touch a ghost copy
+send their share to the body's owner (one exchange).
 """
 import numpy as np
+
+from relcp_mpi.parallel.exchange import exchange_rows
 
 COMPONENTS = ("xx", "xy", "xz", "yx", "yy", "yz", "zx", "zy", "zz")
 
@@ -80,3 +101,45 @@ def stress_diagnostics(sigma):
 def step_stress_diagnostics(table, gamma, x, box_lengths, comm):
     """The one call of the driver: stress diagnostics of a step, V = product of the box edge lengths."""
     return stress_diagnostics(collision_stress(table, gamma, x, float(np.prod(box_lengths)), comm))
+
+
+def stresslet_terms(ia, ib, r_i, r_j, normal, gamma, m):
+    """Local per-body sums of sym(r (x) f), (m, 3, 3) [F L], over the rows (ia, ib) of a constraint table;
+    ``m`` the number of [owned, ghost] bodies the indices refer to, ``ib < 0`` for wall rows (body i only).
+    ``r_i``, ``r_j`` (c, 3) levers centre -> witness point, ``normal`` (c, 3) unit j -> i, ``gamma`` (c,)."""
+    ia = np.asarray(ia, dtype=np.int64)
+    ib = np.asarray(ib, dtype=np.int64)
+    out = np.zeros((m, 9))
+    if len(ia) == 0:
+        return out.reshape(m, 3, 3)
+    f = np.asarray(gamma, dtype=np.float64)[:, None] * np.asarray(normal, dtype=np.float64).reshape(-1, 3)
+    pair = ib >= 0
+    idx = np.concatenate([ia, ib[pair]])
+    lever = np.concatenate([np.asarray(r_i, float).reshape(-1, 3), np.asarray(r_j, float).reshape(-1, 3)[pair]])
+    force = np.concatenate([f, -f[pair]])
+    t = lever[:, :, None] * force[:, None, :]
+    t = 0.5 * (t + t.transpose(0, 2, 1)).reshape(-1, 9)
+    for c in range(9):
+        out[:, c] = np.bincount(idx, weights=t[:, c], minlength=m)
+    return out.reshape(m, 3, 3)
+
+
+def body_stresslets(table, gamma, n_owned, row, row_starts, comm):
+    """Stresslet S_b (n_owned, 3, 3) [F L] of every owned body from one step's rows (collective: the shares of
+    ghost copies go to their owners with one exchange).  ``table`` the step's ConstraintTable (ia, ib, r_i, r_j,
+    normal), ``gamma`` (c,) its multipliers, ``row`` (m,) global D block row of every [owned, ghost] body and
+    ``row_starts`` (P+1,) the first block row of each rank (a ghost's owner is the rank whose range holds its
+    row; owned body k has row row_starts[rank] + k)."""
+    row = np.asarray(row, dtype=np.int64)
+    m = len(row)
+    S = stresslet_terms(table.ia, table.ib, table.r_i, table.r_j, table.normal, gamma, m).reshape(m, 9)
+    ghost = np.arange(n_owned, m)
+    ghost = ghost[np.any(S[ghost] != 0.0, axis=1)]
+    dest = np.searchsorted(row_starts, row[ghost], side="right") - 1
+    got = exchange_rows(np.column_stack([row[ghost].astype(np.float64), S[ghost]]), dest, comm)
+    own = S[:n_owned].copy()
+    if len(got):
+        k = got[:, 0].astype(np.int64) - int(row_starts[comm.Get_rank()])
+        for c in range(9):
+            own[:, c] += np.bincount(k, weights=got[:, 1 + c], minlength=n_owned)
+    return own.reshape(n_owned, 3, 3)

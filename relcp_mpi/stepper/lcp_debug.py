@@ -32,9 +32,10 @@ class LcpDebug:
 
     @classmethod
     def from_deck(cls, section):
-        s = section or {}
-        return cls(dump_dir=s.get("dump_lcp"), dump_on=s.get("dump_on") or "fail",
-                   check_on_fail=bool(s.get("check_on_fail", True)), check_rows=int(s.get("check_rows") or 5000))
+        """From the deck's typed ``debug`` section (:class:`relcp_mpi.config.sections.DebugSection`)."""
+        s = section
+        return cls(dump_dir=s.dump_lcp, dump_on=s.dump_on, check_on_fail=bool(s.check_on_fail),
+                   check_rows=int(s.check_rows))
 
 
 def _gather(comm, D, inp, dt, table, gamma, info):
