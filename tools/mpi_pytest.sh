@@ -6,7 +6,9 @@ PY="${PY:-$(dirname "$0")/../.venv/bin/python}"
 if [ "$rank" = "0" ]; then
   "$PY" -m pytest "$@"; rc=$?
 else
-  log="${TMPDIR:-/tmp}/relcp_pytest_np${size}_rank${rank}.log"
+  # one log per job (PMIx namespace, else the launcher's pid): concurrent jobs must not share a log file
+  job="${PMIX_NAMESPACE:-${SLURM_JOB_ID:-$PPID}}"
+  log="${TMPDIR:-/tmp}/relcp_pytest_np${size}_rank${rank}_${job//[^A-Za-z0-9_.-]/_}.log"
   "$PY" -m pytest "$@" >"$log" 2>&1; rc=$?
   if [ $rc -ne 0 ] && [ $rc -ne 5 ]; then echo "--- rank $rank failed (rc=$rc), its log: ---"; tail -n 60 "$log"; fi
 fi
