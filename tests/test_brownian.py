@@ -188,3 +188,31 @@ def test_pair_meeting_from_outside_the_skin_gets_a_row():
     _, x = sim.gather("x")
     assert d[0]["depth"] == 1 and d[0]["constraints"] == 1
     assert x[1, 0] - x[0, 0] == pytest.approx(1.0, abs=1e-6)       # touching, not overlapping
+
+
+@pytest.mark.parametrize("ratio", [1.2, 2.5, 6.0])
+def test_perrin_closed_forms_match_the_mobility(ratio):
+    """The closed-form Perrin coefficients used as the validation reference agree with the code's
+    Carlson-integral drag of a prolate spheroid (semi-axes b, b, a along body x, y, z)."""
+    from relcp_mpi.physics.diffusion import perrin_prolate, stokes_einstein
+    from relcp_mpi.physics.mobility import body_frame_drag
+    a, b, mu, kT = 0.9, 0.9 / ratio, 1.7, 0.6
+    p = perrin_prolate(a, b, mu, kT)
+    zt, zr = body_frame_drag([ELLIPSOID], [[b, b, a]], mu)
+    assert kT / zt[0] == pytest.approx([p["D_perp"], p["D_perp"], p["D_par"]], rel=1e-10)
+    assert kT / zr[0] == pytest.approx([p["Dr_perp"], p["Dr_perp"], p["Dr_axis"]], rel=1e-10)
+    # towards the sphere: Stokes-Einstein
+    q = perrin_prolate(1.0, 0.999, mu, kT)
+    Dt, Dr = stokes_einstein(1.0, mu, kT)
+    assert q["D_par"] == pytest.approx(Dt, rel=2e-3) and q["Dr_perp"] == pytest.approx(Dr, rel=2e-3)
+
+
+def test_pair_distribution_of_an_ideal_gas_is_one():
+    from relcp_mpi.physics.diffusion import carnahan_starling_contact, pair_distribution
+    rng = np.random.default_rng(8)
+    box = np.array([10.0, 12.0, 11.0])
+    edges = np.linspace(0.5, 4.5, 9)
+    g = np.mean([pair_distribution(rng.uniform(0, 1, (1500, 3)) * box, box, edges) for _ in range(4)], axis=0)
+    n_pairs = 4 * 0.5 * 1500 * 1499 * 4 / 3 * np.pi * (edges[1:] ** 3 - edges[:-1] ** 3) / np.prod(box)
+    assert np.all(np.abs(g - 1) < 5 / np.sqrt(n_pairs))            # Poisson error of each bin's count
+    assert carnahan_starling_contact(1e-4) == pytest.approx(1 + 2.5e-4, rel=1e-7)   # low-density virial limit
