@@ -49,6 +49,36 @@ def run_sim(deck, comm=None, steps=None, record=None):
     return sim, sim.history
 
 
+def same_on_sub_communicators(deck, ref, ref_diag, box=None, atol=1e-5):
+    """Run ``deck`` on sub-communicators of COMM_WORLD of 2 .. world size ranks and compare each run with the
+    reference run ``ref`` (a Simulation) and its per-step diagnostics ``ref_diag``: same gids, positions within
+    ``atol`` (minimum image in a periodic ``box`` (3,) when given), orientations within 1e-8, the same
+    constraint count every step and max overlap <= 1e-3.  Collective over COMM_WORLD; returns the list of
+    sizes that differ (the same on every rank)."""
+    world = MPI.COMM_WORLD
+    g_ref, x_ref = ref.gather()
+    _, q_ref = ref.gather("q")
+    bad = []
+    for size in range(2, world.size + 1):
+        sub = world.Split(0 if world.rank < size else MPI.UNDEFINED, world.rank)
+        ok = True
+        if sub != MPI.COMM_NULL:
+            sim, d = run_sim(deck, comm=sub)
+            g, x = sim.gather()
+            _, q = sim.gather("q")
+            dx = x - x_ref
+            if box is not None:        # a body may sit across the periodic boundary in one run only
+                dx -= box * np.round(dx / box)
+            ok = (np.array_equal(g, g_ref) and np.allclose(x_ref + dx, x_ref, atol=atol)
+                  and np.allclose(np.abs(np.einsum("ij,ij->i", q, q_ref)), 1.0, atol=1e-8)
+                  and [e["constraints"] for e in d] == [e["constraints"] for e in ref_diag]
+                  and max(e["max_overlap"] for e in d) <= 1e-3)
+            sub.Free()
+        if not world.allreduce(ok, op=MPI.LAND):
+            bad.append(size)
+    return bad
+
+
 def aij_from_triplets(rows, cols, vals, n_rows_local, n_cols_local, comm):
     """PETSc AIJ matrix (tests and tools) from global (row, col, value) triplets that any rank may hold;
     duplicates are summed; ``n_rows_local`` / ``n_cols_local`` rows / columns owned by this rank.  Collective."""

@@ -13,7 +13,8 @@ Top-level sections (defaults in ``SCHEMA``)::
                its finer dt until this many steps in a row succeed; 0 = back to dt at once)}
     box:      {lo: [3 floats], hi: [3 floats], periodic: [3 bools]}
     walls:    list of {point: [3], normal: [3]}   planes; the normal points into the allowed side
-    fluid:    {viscosity: float > 0}
+    fluid:    {viscosity: float > 0 (mu [F T / L^2]), kT: float >= 0 (thermal energy [F L]; > 0 adds Brownian
+               motion, overdamped Euler-Maruyama, see relcp_mpi.physics.brownian; 0 = none)}
     forces:   {body_force: [3], body_torque: [3]}  applied to every body (plus per-body force/torque)
     bodies:   list of explicit bodies (see BODY_KEYS)
     generate: list of generators (see GENERATOR_KEYS): lattice or random placement
@@ -70,6 +71,8 @@ class DeckError(ValueError):
 MAX_MAGNITUDE = 1e100
 MAX_STEPS = 2 ** 32 - 1          # the random streams are keyed by step < 2**32 (parallel/random.py)
 SEED_RANGE = 2 ** 64             # Philox key: 0 <= seed < 2**64
+# halved Brownian sub-steps draw from streams [2**14, 2**15) of basics.random (relcp_mpi.physics.brownian)
+MAX_BROWNIAN_HALVINGS = 13
 MAX_BODIES = 2 ** 53             # global ids travel as float64 in packed rows: exact below 2**53
 
 
@@ -227,7 +230,7 @@ SCHEMA = {
         "periodic": (ANY, [False, False, False], _bool3),
     },
     "walls": (ANY, [], None),
-    "fluid": {"viscosity": (FLOAT, 1.0, _pos)},
+    "fluid": {"viscosity": (FLOAT, 1.0, _pos), "kT": (FLOAT, 0.0, _nonneg)},
     "forces": {
         "body_force": (ANY, [0.0, 0.0, 0.0], _vec3),
         "body_torque": (ANY, [0.0, 0.0, 0.0], _vec3),
@@ -438,15 +441,50 @@ def _speed_scale(deck):
     for b in list(deck["bodies"]) + list(deck["generate"]):
         if not isinstance(b, dict) or _vec3(b.get("force")) or _vec3(b.get("velocity")):
             continue
-        sizes = [v for k in ("radius", "length", "ring_radius") for v in [b.get(k)] if isinstance(v, float) and v > 0]
-        if isinstance(b.get("axes"), list) and not _vec3(b["axes"]):
-            sizes += [float(a) for a in b["axes"] if a > 0]
-        if not sizes:
+        r = _min_size(b)
+        if r is None:
             continue
         f = float(np.linalg.norm(np.add(b["force"], bf)))
-        v = float(np.linalg.norm(b["velocity"])) + f / (6 * math.pi * mu * min(sizes))
+        v = float(np.linalg.norm(b["velocity"])) + f / (6 * math.pi * mu * r)
         vmax = max(vmax, v)
     return vmax
+
+
+def _min_size(b):
+    """The smallest positive size parameter [L] (radius, length, ring radius, semi-axis) of a body or
+    generator mapping, or None."""
+    sizes = [v for k in ("radius", "length", "ring_radius") for v in [b.get(k)] if isinstance(v, float) and v > 0]
+    if isinstance(b.get("axes"), list) and not _vec3(b["axes"]):
+        sizes += [float(a) for a in b["axes"] if a > 0]
+    return min(sizes) if sizes else None
+
+
+def _check_brownian(deck, problems):
+    """fluid.kT > 0: the relcp engine only, sub-step depth within the noise streams, and a time step whose rms
+    Brownian displacement (3D, of a sphere of the body's smallest size r) sqrt(6 kT dt / (6 pi mu r)) stays
+    below that size r, so bodies cannot jump through each other between the start and the trial configuration."""
+    kT, mu, dt = deck["fluid"]["kT"], deck["fluid"]["viscosity"], deck["time"]["dt"]
+    if not _valid(kT) or kT == 0:
+        return
+    if deck["engine"] != "relcp":
+        problems.append(f"fluid.kT: Brownian motion needs engine relcp, got engine {deck['engine']!r}")
+    mh = deck["time"]["max_halvings"]
+    if _valid(mh) and mh > MAX_BROWNIAN_HALVINGS:
+        problems.append(f"time.max_halvings: at most {MAX_BROWNIAN_HALVINGS} with fluid.kT > 0 (the Brownian noise of "
+                        f"halved steps), got {mh}")
+    if not _valid(mu, dt):
+        return
+    for sec in ("bodies", "generate"):
+        for k, b in enumerate(deck[sec]):
+            r = _min_size(b) if isinstance(b, dict) else None
+            if r is None:
+                continue
+            step = math.sqrt(kT * dt / (math.pi * mu * r))
+            if step > r:
+                problems.append(f"time.dt: {dt:g} is too large for Brownian motion: {sec}[{k}] (size {r:g}) moves "
+                                f"~{step:.3g} per step (rms, kT {kT:g}), more than its size; bodies could pass "
+                                f"through each other within a step")
+                return
 
 
 def _check_ranges(deck, problems):
@@ -567,6 +605,7 @@ def validate(raw, source="deck"):
         deck[section] = norm
 
     _check_ranges(deck, problems)
+    _check_brownian(deck, problems)
     kinds = {b.get("shape") for sec in ("bodies", "generate") for b in deck[sec] if isinstance(b, dict)}
     if "ring" in kinds and kinds & {"ellipsoid", "spherocylinder"}:
         problems.append("bodies: rings can only be combined with spheres and walls (ring-ellipsoid and "

@@ -132,7 +132,8 @@ class Wall:
 
 @dataclass(frozen=True)
 class FluidSection:
-    viscosity: float          # mu
+    viscosity: float          # mu [F T / L^2]
+    kT: float                 # thermal energy [F L] of the Brownian noise (0: none; relcp_mpi.physics.brownian)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@
    resolves the new overlaps);
 2. :meth:`StepEngine.prepare`: migrate bodies (the warm-start rows travel with their body gid_i) to the rank
    owning their centre, number the body rows of D (exscan), exchange ghosts;
-3. mobility blocks and unconstrained velocity U_ext = M F_ext + U_imposed of owned bodies;
+3. mobility blocks and unconstrained velocity U_ext = M F_ext + U_imposed (+ the Brownian velocity
+   sqrt(2 kT / dt) M^{1/2} Z when ``fluid.kT`` > 0, :mod:`relcp_mpi.physics.brownian`) of owned bodies;
 4. the ReLCP step (:func:`relcp_mpi.stepper.relcp.relcp_step`): pairs -> constraints -> solver -> trial update;
 5. commit positions, velocities, the warm-start table and the work weights into the state.
 
@@ -27,6 +28,7 @@ from relcp_mpi.parallel import decomposition as pdecomp
 from relcp_mpi.parallel.exchange import exchange_rows
 from relcp_mpi.parallel.ghosts import exchange_ghosts, refresh_ghosts
 from relcp_mpi.parallel.migration import migrate
+from relcp_mpi.physics.brownian import brownian_velocity
 from relcp_mpi.physics.growth import GrowthModel, divide, grow
 from relcp_mpi.physics.mobility import mobility_blocks
 from relcp_mpi.physics.stress import body_stresslets, step_stress_diagnostics
@@ -55,6 +57,7 @@ class StepEngine:
         nrm = np.array([w.normal for w in deck.walls], float).reshape(-1, 3)
         self.wall_normals = nrm / np.maximum(np.linalg.norm(nrm, axis=1, keepdims=True), 1e-300)
         self.mu = float(deck.fluid.viscosity)
+        self.kT = float(deck.fluid.kT)
         c, s, par = deck.contact, deck.solver, deck.parallel
         self.initial_overlap_tol = c.initial_overlap_tol
         self.rcb = par.decomposition == "rcb"
@@ -177,10 +180,11 @@ class StepEngine:
                  for i, w, s in zip(wb[wbad][:5], ww[wbad][:5], wgeo.sep[wbad][:5])]
         return [m for part in self.comm.allgather(msgs) for m in part][:10]
 
-    def single_step(self, st, dt):
+    def single_step(self, st, dt, noise_key=None):
         """One step of ``dt`` [T] (collective): advances ``st`` in place; returns the step's diagnostics
         (constraints, active, depth, iterations, max_overlap, residual, collision stress: pressure and stress_<ij>
-        [F/L^2], and imbalance once measured)."""
+        [F/L^2], and imbalance once measured).  ``noise_key`` = (step, level, index): the Brownian noise of
+        sub-step ``index`` of 2**level of deck step ``step`` (default: (st.step, 0, 0), a whole step)."""
         comm = self.comm
         self.params.debug.step = st.step + 1           # label of LCP dumps / failure reports
         self._rebalance_if_needed(st)
@@ -198,6 +202,10 @@ class StepEngine:
         with self.timer.stage("mobility"):
             blocks = mobility_blocks(b.kind, b.shape, b.q, self.mu, fixed=b.fixed)
             U_ext = np.einsum("nij,nj->ni", blocks, b.f_ext) + b.u_imp
+            if self.kT > 0:                 # thermal noise in the unconstrained velocity (Euler-Maruyama)
+                step, level, index = noise_key if noise_key is not None else (st.step, 0, 0)
+                U_ext = U_ext + brownian_velocity(b.kind, b.shape, b.q, self.mu, self.kT, dt, self.seed, step,
+                                                  b.gid, fixed=b.fixed, level=level, index=index)
         inp = StepInput(
             comm=comm, n_owned=n, gid=np.concatenate([b.gid, g.gid]), row=np.concatenate([b.row, g.row]),
             row_starts=st.row_starts, kind=K, shape=S, bound=bounding_radius(K, S),

@@ -35,10 +35,12 @@ class StepPolicy:
         failed = [False]
         deepest = [st.policy["level"]]
 
-        def run(dt, level):
+        def run(dt, level, index):
+            # (step0, level, index) names the sub-step [index, index + 1) * dt within the deck step: the key of
+            # its Brownian noise (physics/brownian.py refines the step's Brownian path by bisection)
             saved = st.copy()
             try:
-                diags.append(engine.single_step(st, dt))
+                diags.append(engine.single_step(st, dt, noise_key=(step0, level, index)))
             except STEP_FAILURES as exc:
                 if level >= k:
                     raise
@@ -47,13 +49,13 @@ class StepPolicy:
                 st.restore(saved)
                 failed[0] = True
                 deepest[0] = max(deepest[0], level + 1)
-                run(dt / 2, level + 1)
-                run(dt / 2, level + 1)
+                run(dt / 2, level + 1, 2 * index)
+                run(dt / 2, level + 1, 2 * index + 1)
 
         level = st.policy["level"] if self.keep > 0 else 0
         n = 2 ** level
-        for _ in range(n):
-            run(st.dt / n, level)
+        for i in range(n):
+            run(st.dt / n, level, i)
         if self.keep > 0:
             self._update_level(st, failed[0], deepest[0])
         st.step = step0 + 1                   # the sub-steps count as one step of the deck's dt

@@ -104,6 +104,24 @@ def mobility_blocks(kind, shape, q, mu, fixed=None):
     return M
 
 
+def sqrt_apply(kind, shape, q, mu, W, fixed=None):
+    """Lab-frame M^{1/2} W per body, shape (n, 6): the symmetric square root of each 6x6 block,
+    blockdiag(R diag(zeta_t^-1/2) R^T, R diag(zeta_r^-1/2) R^T) [translation sqrt(L/(F T)), rotation
+    sqrt(1/(F L T))], applied to ``W`` (n, 6) (e.g. standard normal numbers: M^{1/2} W then has covariance M).
+
+    ``fixed`` (n,) bool: fixed bodies get zero (their mobility block is zero)."""
+    zt, zr = body_frame_drag(kind, shape, mu)
+    R = quat.to_matrix(q)
+    W = np.asarray(W, dtype=float).reshape(-1, 6)
+    out = np.empty_like(W)
+    # R (R^T w / sqrt(zeta)): lab -> body frame, scale per body axis, back to the lab frame
+    out[:, :3] = np.einsum("nij,nj->ni", R, np.einsum("nji,nj->ni", R, W[:, :3]) / np.sqrt(zt))
+    out[:, 3:] = np.einsum("nij,nj->ni", R, np.einsum("nji,nj->ni", R, W[:, 3:]) / np.sqrt(zr))
+    if fixed is not None:
+        out[np.asarray(fixed, bool)] = 0.0
+    return out
+
+
 def apply(blocks, F):
     """U = M F for blocks (n, 6, 6) and generalized forces F (n, 6)."""
     return np.einsum("nij,nj->ni", blocks, F)

@@ -472,6 +472,8 @@ def _next_sub(table, gi, gj, first=1):
     so a row appended in one step never takes the warm-start key of a level-0 row of the next step)."""
     if len(gi) == 0:
         return np.zeros(0, np.int64)
+    if len(table) == 0:        # no earlier row on this rank (e.g. the pair met from outside the skin)
+        return np.full(len(gi), first, np.int64)
     keys = np.empty(len(gi), dtype=[("a", np.int64), ("b", np.int64)])
     keys["a"], keys["b"] = gi, gj
     tk = np.empty(len(table), dtype=[("a", np.int64), ("b", np.int64)])
