@@ -1,8 +1,8 @@
 """A jammed bed of rods pinched between two walls (the colony's failure mechanism, docs/ARCHITECTURE.md "Dense
-packings"): without the level-0 line-contact rows the grown LCP of the second step has no solution (a rod's
-four wall rows, two built at a far-off trial configuration, pinch it with zero net force and a negative total
-gap) and the solver fails; with them every step is solved, overlaps stay below overlap_tol, and the answer
-is the same on 1, 2 and 4 ranks.  Run under mpirun -n 2 and -n 4 (a COMM_SELF run is the 1-rank reference)."""
+packings"): without the level-0 line-contact rows the grown LCPs defeat APGD (rows built at far-off trial
+configurations pinch rods between the walls) and, with no fallback solver, the run fails; the interior-point
+fallback (solver.fallback, default ipm) gets through them; with line contacts APGD alone solves every step,
+overlaps stay below overlap_tol, and the answer is the same on 1, 2 and 4 ranks.  Run under mpirun -n 2 and -n 4 (a COMM_SELF run is the 1-rank reference)."""
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -13,7 +13,7 @@ from tests.helpers import make_deck, run_sim
 HANG_TIMEOUT = 240
 
 
-def pinched_bed(line_contacts, tol=1e-6, max_iter=5000):
+def pinched_bed(line_contacts, tol=1e-6, max_iter=5000, fallback="none"):
     """4 x 4 rods (R 0.5, L 1.5) lying between walls 1.04 apart (clearance 0.02 per side), pressed together in
     the plane and twisted about their short axes by torques of +-50..100 (deterministic pattern)."""
     rng = np.random.default_rng(2)
@@ -31,15 +31,19 @@ def pinched_bed(line_contacts, tol=1e-6, max_iter=5000):
                             {"point": [0, 0, 0.52], "normal": [0, 0, -1]}],
                      bodies=bodies, contact={"overlap_tol": 1e-3, "skin": 0.3, "line_contacts": line_contacts,
                                              "max_depth": 30},
-                     solver={"tol": tol, "method": "apgd", "max_iter": max_iter},
+                     solver={"tol": tol, "method": "apgd", "max_iter": max_iter, "fallback": fallback},
                      parallel={"decomposition": "rcb"})
 
 
 @pytest.mark.mpi
 def test_pinched_rods_fail_without_line_contacts(hang_guard):
-    # the grown LCP is infeasible: no iteration count helps (1500 keeps the test short)
+    # APGD alone fails on the grown LCPs (1500 iterations keep the test short) ...
     with pytest.raises(SolverError):
         run_sim(pinched_bed(False, max_iter=1500), comm=MPI.COMM_WORLD)
+    # ... which the ipm fallback solves, keeping the overlaps below overlap_tol
+    _, diags = run_sim(pinched_bed(False, max_iter=1500, fallback="ipm"), comm=MPI.COMM_WORLD)
+    assert sum(d.get("fallback_solves", 0) for d in diags) > 0
+    assert max(d["max_overlap"] for d in diags) <= 1e-3
 
 
 @pytest.mark.mpi

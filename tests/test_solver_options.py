@@ -74,3 +74,17 @@ def test_same_physics_with_tuned_options():
     b, _ = run_sim(_pressed_spheres({"method": "apgd", "tol": 1e-9,
                                      "options": {"power_iters": 2, "L_safety": 3.0, "restart": False}}))
     assert np.max(np.abs(a.gather("x")[1] - b.gather("x")[1])) < 1e-6
+
+
+def test_fallback_solves_what_the_method_cannot():
+    # apgd limited to 2 iterations cannot solve the pressed column; the ipm fallback (the default) can, from the
+    # same warm start, and the step reports it; with fallback none the run fails
+    deck = _pressed_spheres({"method": "apgd", "tol": 1e-8, "max_iter": 2})
+    assert deck["solver"]["fallback"] == "ipm"
+    sim, diags = run_sim(deck)
+    assert diags[0].get("fallback_solves", 0) >= 1          # the cold first step at least
+    z = np.sort(sim.gather("x")[1][:, 2])
+    assert np.all(np.abs(z - (0.5 + np.arange(4))) < 1e-3 + 1e-8)
+    with pytest.raises(SolverError, match="'apgd'"):
+        run_sim(_pressed_spheres({"method": "apgd", "tol": 1e-8, "max_iter": 2, "fallback": "none"}))
+    # (both failing -- an infeasible LCP -- gives one error naming both: tests/test_lcp_certificate.py)

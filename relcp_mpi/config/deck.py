@@ -25,6 +25,7 @@ Top-level sections (defaults in ``SCHEMA``)::
                larger than this is redone at dt/2 at once; 0 = never)}
     solver:   {method: a name of relcp_mpi.solver.registry (bbpgd, apgd, ipm, tao-<type>), tol, max_iter,
                options (the method's tunable options, e.g. {L_safety: 1.1} for apgd; the registry lists them),
+               fallback (method tried on an LCP the first method fails on, default ipm; none = fail at once),
                petsc_options: [str]}
     parallel: {decomposition: cartesian|rcb, rebalance_every, imbalance_threshold}
     output:   {directory, trajectory_every, format: hdf5 | gsd | [hdf5, gsd] (trajectory files <name>.h5 (+ .xdmf)
@@ -254,6 +255,7 @@ SCHEMA = {
         "max_iter": (INT, 100000, _int_range(1, 2 ** 31 - 1)),
         "petsc_options": (ANY, [], _str_list),
         "options": (ANY, {}, None),      # method options, checked against the registry below
+        "fallback": (STR, "ipm", _choice("none", *method_names())),
     },
     "parallel": {
         "decomposition": (STR, "cartesian", _choice("cartesian", "rcb")),

@@ -156,6 +156,7 @@ class SolverSection:
     max_iter: int
     petsc_options: tuple      # of str
     options: dict             # method options (relcp_mpi.solver.registry), validated
+    fallback: str             # method tried when `method` fails on an LCP, or 'none'
 
 
 @dataclass(frozen=True)

@@ -66,8 +66,9 @@ class StepEngine:
         self.seed = deck.seed
         self.params = StepParams(dt=state.dt, overlap_tol=c.overlap_tol, skin=state.skin, max_depth=c.max_depth,
                                  model=c.model, ms_resolution=c.ms_resolution, method=s.method, tol=s.tol,
-                                 max_iter=s.max_iter, options=dict(s.options), recheck_neighbors=c.recheck_neighbors,
-                                 line_contacts=c.line_contacts,
+                                 max_iter=s.max_iter, options=dict(s.options),
+                                 fallback="" if s.fallback == "none" else s.fallback,
+                                 recheck_neighbors=c.recheck_neighbors, line_contacts=c.line_contacts,
                                  # the early trial-range check only makes sense when the step can be redone
                                  max_trial_rotation=c.max_trial_rotation if deck.time.max_halvings else 0.0,
                                  debug=LcpDebug.from_deck(deck.debug))

@@ -59,6 +59,7 @@ class StepParams:
     tol: float = 1e-4              # LCP min-map tolerance [L]
     max_iter: int = 100000
     options: dict = field(default_factory=dict)   # method options (solver.options, relcp_mpi.solver.registry)
+    fallback: str = ""             # method tried when `method` fails on an LCP (solver.fallback; "" = none)
     recheck_neighbors: bool = True
     line_contacts: bool = True     # level-0 end-point / end-cap rows for rods (contact.line_contacts)
     max_trial_rotation: float = 0.0  # [rad] give a step up when a trial rotates a body more (0 = off)
@@ -122,6 +123,34 @@ class StepWorkspace:
         if self.D is not None:
             self.D.destroy()
             self.D = None
+
+
+FALLBACK_MIN_ITER = 200
+
+
+def _solve(A, qv, gv, prm):
+    """Solve the level's LCP with the deck's method; if that fails and ``prm.fallback`` names another method,
+    solve it again with that one from the same initial guess (the failed iterate is dropped).  Collective (every
+    rank sees the same failure).  Returns ``(result, None)``, or ``(fallback result, iterations of the failed
+    solve)``; raises SolverError naming both methods when both fail."""
+    x0 = gv.getArray().copy()
+    try:
+        return solve_lcp(A, qv, gv, method=prm.method, tol=prm.tol, max_iter=prm.max_iter, raise_on_fail=True,
+                         **prm.options), None
+    except SolverError as first:
+        if not prm.fallback or prm.fallback == prm.method:
+            raise
+        gv.getArray()[:] = x0
+        try:
+            # at least FALLBACK_MIN_ITER iterations: a max_iter sized for a first-order method must not starve an
+            # interior-point fallback (ipm caps itself at max_newton)
+            return solve_lcp(A, qv, gv, method=prm.fallback, tol=prm.tol,
+                             max_iter=max(prm.max_iter, FALLBACK_MIN_ITER), raise_on_fail=True), first.iterations
+        except SolverError as second:
+            raise SolverError(first.method, first.iterations, first.residual, first.tol, first.history,
+                              reason=f"{first.reason}; the fallback '{second.method}' failed too "
+                                     f"({second.reason}, residual {second.residual:.3e})",
+                              result=first.result) from second
 
 
 def _pair_geometry(inp, X, Q, ia, ib, tol, hint=None):
@@ -280,6 +309,7 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
         else np.zeros(len(table))
     depth = 0
     iters_total = 0
+    fallbacks = 0
     max_trial_rot = 0.0
     history = []
     rank, size = comm.rank, comm.size
@@ -322,11 +352,13 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
         T.stop("assembly")
         with T.stage("solve"):
             try:
-                res = solve_lcp(A, qv, gv, method=prm.method, tol=prm.tol, max_iter=prm.max_iter,
-                                raise_on_fail=True, **prm.options)
+                res, extra = _solve(A, qv, gv, prm)
             except SolverError as exc:           # every rank: dump / explain the failed LCP, then fail
                 lcp_debug.on_failure(prm.debug, exc, comm, D, inp, dt, table, gv.getArray(), depth)
                 raise
+        if extra is not None:
+            fallbacks += 1
+            iters_total += extra
         iters_total += res.iterations
         history.append(res.residual)
         gamma = gv.getArray().copy()
@@ -413,6 +445,8 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
     diag = dict(constraints=int(n_global), active=int(n_active), depth=int(depth), iterations=int(iters_total),
                 max_overlap=float(max(0.0, -min_sep)) if np.isfinite(min_sep) else 0.0,
                 residual=float(max(history) if history else 0.0), trial_rotation=float(np.degrees(max_trial_rot)))
+    if fallbacks:            # only then: the diagnostics of runs that never fall back keep their layout
+        diag["fallback_solves"] = fallbacks
     # next step's geometry hints: the latest normal of each body-pair row's pair (evaluated at the committed
     # configuration when the pair was in the last trial check); wall rows keep their own normal
     hint = table.normal.copy()
