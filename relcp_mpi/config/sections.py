@@ -108,6 +108,20 @@ class DebugSection:
 
 
 @dataclass(frozen=True)
+class FlowSection:
+    """Imposed background flow (:class:`relcp_mpi.physics.flow.ImposedFlow`)."""
+    type: str                 # none | shear
+    rate: float               # [1/T] shear rate: u_flow_axis = rate (x_gradient_axis - box centre)
+    flow_axis: str            # x | y | z
+    gradient_axis: str        # x | y | z (Lees-Edwards boundaries along this axis)
+
+    @property
+    def axes(self):
+        """(flow axis, gradient axis) as 0/1/2."""
+        return "xyz".index(self.flow_axis), "xyz".index(self.gradient_axis)
+
+
+@dataclass(frozen=True)
 class Deck:
     """A validated deck, one typed section per deck section (see the module docstring)."""
     name: str
@@ -124,6 +138,7 @@ class Deck:
     growth: GrowthSection
     debug: DebugSection
     raw: dict
+    flow: FlowSection = None  # (a default, so a Deck built without it still works; typed() always sets it)
 
     @property
     def checkpoint_prefix(self):
@@ -142,4 +157,5 @@ def typed(deck):
                 contact=_section(ContactSection, deck["contact"]), solver=_section(SolverSection, deck["solver"]),
                 parallel=_section(ParallelSection, deck["parallel"]), output=_section(OutputSection, deck["output"]),
                 growth=_section(GrowthSection, deck["growth"]), debug=_section(DebugSection, deck["debug"]),
-                raw=deck)
+                raw=deck,
+                flow=_section(FlowSection, deck["flow"]) if "flow" in deck else FlowSection("none", 0.0, "x", "y"))
