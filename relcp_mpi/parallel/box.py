@@ -89,7 +89,7 @@ class Box:
         n cells along the gradient axis drops by n rate L_g (``u`` (n, 3) or (n, 6), lab frame; copied)."""
         x, n_cells = self._wrap(x, offset)
         u = np.array(u, dtype=np.float64)
-        if self.shear is not None:
+        if self.shear is not None and len(n_cells):
             sh = self.shear
             u.reshape(len(n_cells), -1)[:, sh.flow_axis] -= n_cells * sh.rate * self.lengths[sh.gradient_axis]
         return x, u
