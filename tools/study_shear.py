@@ -5,8 +5,8 @@
    equivalent-ellipsoid approximation of relcp_mpi.physics.flow) alone in simple shear; the angle of the axis in
    the flow-gradient plane against the analytic orbit tan(phi) = tan(psi) / r, psi = psi0 - gdot r t / (r^2 + 1),
    and the measured period against 2 pi / gdot (r + 1/r).
-2. Contact viscosity of a sheared sphere suspension (deck input_decks/shear_suspension.yaml, no walls) at
-   several volume fractions: the time average (second half of the run) of the constraint stress's
+2. Contact viscosity of a sheared sphere suspension (deck input_decks/shear_suspension.yaml, no walls, with
+   the spheres placed at random by random sequential addition) at several volume fractions: the time average (second half of the run) of the constraint stress's
    (sigma_xy + sigma_yx) / 2 / gdot, with its standard error from block averages.
 
 Writes results/shear_jeffery.csv, results/shear_viscosity.csv and results/shear.png.
@@ -50,12 +50,15 @@ def jeffery_run(body, aspect, rate=1.0, per_period=200, periods=1.2):
 
 
 def at_volume_fraction(base, phi, count, steps):
-    """The suspension deck with ``count`` spheres in a cube sized for volume fraction ``phi``."""
+    """The suspension deck with ``count`` spheres at random positions (random sequential addition) in a cube
+    sized for volume fraction ``phi`` (the deck's jittered lattice starts with rows along the flow that collide
+    only slowly: a long transient)."""
+    from tests.helpers import random_sphere_bodies
     d = copy.deepcopy(base)
-    g = d["generate"][0]
+    g = d.pop("generate")[0]
     L = float((count * 4.0 / 3.0 * np.pi * g["radius"] ** 3 / phi) ** (1.0 / 3.0))
     d["box"]["lo"], d["box"]["hi"] = [0.0] * 3, [L] * 3
-    g["count"], g["region"] = count, {"lo": [0.0] * 3, "hi": [L] * 3}
+    d["bodies"] = random_sphere_bodies(count, L, g["radius"], seed=d["seed"])
     d["time"]["steps"] = steps
     d["output"].update(trajectory_every=0, progress_every=0, checkpoint_every=0)
     return d
