@@ -70,3 +70,49 @@ def test_contact_across_sheared_boundary_between_ranks():
     check_pair_history(rec)
     ref = pair_distance_history(MPI.COMM_SELF)
     assert np.allclose([r[0] for r in rec], [r[0] for r in ref], atol=1e-6)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("decomp_kind", ["cart", "rcb"])
+@pytest.mark.parametrize("offset", [0.0, 3.7, 9.95])
+def test_lees_edwards_ghosts_find_every_pair_once(decomp_kind, offset):
+    """Owned + ghost bodies (Lees--Edwards images displaced by the offset) find every pair within the ghost
+    width exactly once over all ranks, at the sheared minimum-image distance (brute force over all bodies with
+    Box.minimum_image); refreshed images move by elapsed x their velocity jump."""
+    from relcp_mpi.bodies.store import BodyStore
+    from relcp_mpi.parallel.box import Box, LeesEdwards
+    from relcp_mpi.parallel.decomposition import CartesianDecomposition, RCBDecomposition
+    from relcp_mpi.parallel.ghosts import exchange_ghosts, refresh_ghosts
+    from relcp_mpi.parallel.migration import migrate
+    comm = MPI.COMM_WORLD
+    rate = 0.7
+    box = Box([0, 0, 0], [10, 8, 6], True, shear=LeesEdwards(flow_axis=0, gradient_axis=1, rate=rate))
+    rng = np.random.default_rng(11)
+    n, width = 300, 1.3
+    allb = BodyStore(gid=np.arange(n), x=box.lo + rng.random((n, 3)) * box.lengths, shape=np.full((n, 3), 0.1),
+                     u=rng.normal(size=(n, 6)))
+    mine = allb.take(np.arange(n)[comm.rank::comm.size])
+    decomp = CartesianDecomposition(box, comm) if decomp_kind == "cart" else \
+        RCBDecomposition(box, comm, mine.x, np.ones(mine.n))
+    owned = migrate(mine, decomp, comm, offset=offset)
+    ghosts, shift = exchange_ghosts(owned, decomp, comm, width, offset=offset)
+    X = np.concatenate([owned.x, ghosts.x])
+    G = np.concatenate([owned.gid, ghosts.gid])
+    d = np.linalg.norm(owned.x[:, None, :] - X[None, :, :], axis=2) if owned.n else np.zeros((0, len(G)))
+    a, c = np.nonzero((d <= width) & (owned.gid[:, None] < G[None, :]))
+    found = [(int(owned.gid[p]), int(G[q]), round(float(d[p, q]), 9)) for p, q in zip(a, c)]
+    found = sorted(sum(comm.allgather(found), []))
+    i, j = np.triu_indices(n, k=1)
+    dd = np.linalg.norm(box.minimum_image(allb.x[i] - allb.x[j], offset=offset), axis=1)
+    keep = dd <= width
+    expect = sorted((int(p), int(q), round(float(e), 9)) for p, q, e in zip(i[keep], j[keep], dd[keep]))
+    assert len(expect) > 50
+    assert [f[:2] for f in found] == [e[:2] for e in expect]          # every pair, exactly once
+    assert np.allclose([f[2] for f in found], [e[2] for e in expect], atol=1e-8)
+    # ghost velocities carry the images' jump; a refresh after `elapsed` moves the images by elapsed x jump
+    ny = np.rint(shift[:, 1] / 8.0)
+    own_u = dict(zip(allb.gid.tolist(), allb.u[:, 0].tolist()))
+    assert np.allclose(ghosts.u[:, 0], [own_u[int(g)] for g in ghosts.gid] + ny * rate * 8.0)
+    x0 = ghosts.x.copy()
+    refresh_ghosts(owned, ghosts, decomp, comm, elapsed=0.5)
+    assert np.allclose(ghosts.x[:, 0] - x0[:, 0], ny * rate * 8.0 * 0.5) and np.allclose(ghosts.x[:, 1:], x0[:, 1:])
