@@ -18,7 +18,7 @@ from relcp_mpi.bodies.builder import build_bodies
 from relcp_mpi.bodies.shapes import bounding_radius
 from relcp_mpi.bodies.store import BodyStore
 from relcp_mpi.parallel import decomposition as pdecomp
-from relcp_mpi.parallel.box import Box
+from relcp_mpi.parallel.box import Box, LeesEdwards
 
 # warm-start table keys: (gid_i, gid_j, sub-contact index) of a constraint row (as StepResult.warm_table)
 WARM_KEY_DTYPE = [("a", np.int64), ("b", np.int64), ("k", np.int64)]
@@ -30,8 +30,13 @@ def empty_warm():
 
 
 def box_of(deck):
-    """The simulation box of a typed deck (:class:`relcp_mpi.config.sections.Deck`)."""
-    return Box(list(deck.box.lo), list(deck.box.hi), list(deck.box.periodic))
+    """The simulation box of a typed deck (:class:`relcp_mpi.config.sections.Deck`); with a shear flow its
+    gradient axis has Lees--Edwards boundaries."""
+    shear = None
+    if deck.flow is not None and deck.flow.type == "shear":
+        a, g = deck.flow.axes
+        shear = LeesEdwards(flow_axis=a, gradient_axis=g, rate=float(deck.flow.rate))
+    return Box(list(deck.box.lo), list(deck.box.hi), list(deck.box.periodic), shear=shear)
 
 
 @dataclass
@@ -52,6 +57,7 @@ class RunState:
     work        (n_owned,) work weight of each owned body (1 + its constraint rows) for RCB rebalancing
     n_rebalances, imbalance   RCB rebalances so far, imbalance measured at the last rebalance check
     policy      the step policy's state (dt halving level and successful steps since, see driver.policy)
+    shear_offset  Lees--Edwards image offset [L] along the flow axis, rate L_g t (mod L_a) (0 without shear)
     """
     bodies: BodyStore
     dt: float
@@ -68,6 +74,7 @@ class RunState:
     n_rebalances: int = 0
     imbalance: float = None
     policy: dict = field(default_factory=lambda: {"level": 0, "ok": 0})
+    shear_offset: float = 0.0
 
     @property
     def ghost_width(self):

@@ -161,3 +161,19 @@ def checkpoint_state(path, fields=("gid", "x", "q")):
     import h5py
     with h5py.File(path, "r") as f:
         return {k: f["bodies/" + k][()] for k in fields}
+
+
+def random_sphere_bodies(count, L, radius, seed, gap=0.02):
+    """``count`` explicit sphere bodies at random non-overlapping positions (random sequential addition, centre
+    distances >= 2 radius + gap, minimum image) in the periodic cube [0, L)^3: a disordered start (the deck's
+    ``generate`` jitters a lattice, whose rows collide slowly under shear).  Deck construction only."""
+    rng = np.random.default_rng(seed)
+    x = np.zeros((0, 3))
+    d2 = (2 * radius + gap) ** 2
+    while len(x) < count:
+        c = rng.uniform(0.0, L, size=3)
+        dx = x - c
+        dx -= L * np.rint(dx / L)
+        if len(x) == 0 or np.min(np.einsum("ij,ij->i", dx, dx)) >= d2:
+            x = np.vstack([x, c])
+    return [{"shape": "sphere", "radius": radius, "position": p.tolist()} for p in x]

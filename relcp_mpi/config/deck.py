@@ -41,6 +41,11 @@ Top-level sections (defaults in ``SCHEMA``)::
                (see relcp_mpi.stepper.lcp_debug)
     event_driven: the certified event engine's inputs, exact numbers (engine: event_driven only; schema and
                checks in relcp_mpi.config.events)
+    flow:     {type: none | shear, rate: float [1/T], flow_axis: x|y|z, gradient_axis: x|y|z}  imposed
+               background flow u_a = rate (x_g - box centre_g) that bodies follow without contacts (Jeffery
+               rotation for non-spherical bodies); shear needs a box periodic along both axes and uses
+               Lees--Edwards boundaries along the gradient axis; walls must be normal to the third axis
+               (see relcp_mpi.physics.flow)
 
 Units are the user's (consistent) units: lengths L, times T, viscosity mu; forces F = mu L^2 / T.
 """
@@ -279,6 +284,12 @@ SCHEMA = {
         "noise_axis": (ANY, None, _vec3),
         "growth_rate_noise": (FLOAT, 0.0, _unit_interval),
     },
+    "flow": {
+        "type": (STR, "none", _choice("none", "shear")),
+        "rate": (FLOAT, 0.0, None),
+        "flow_axis": (STR, "x", _choice("x", "y", "z")),
+        "gradient_axis": (STR, "y", _choice("x", "y", "z")),
+    },
     "debug": {
         "dump_lcp": (STR, None, None),
         "dump_on": (STR, "fail", _choice("fail", "always")),
@@ -449,7 +460,41 @@ def _speed_scale(deck):
         f = float(np.linalg.norm(np.add(b["force"], bf)))
         v = float(np.linalg.norm(b["velocity"])) + f / (6 * math.pi * mu * r)
         vmax = max(vmax, v)
-    return vmax
+    return vmax + _flow_speed(deck)
+
+
+def _flow_speed(deck):
+    """Largest speed of the imposed flow in the box [L/T]: |rate| L_g / 2 (0 without flow)."""
+    f, box = deck.get("flow") or {}, deck["box"]
+    if f.get("type") != "shear" or not _valid(f.get("rate")) or f.get("gradient_axis") not in ("x", "y", "z") \
+            or _vec3(box["lo"]) or _vec3(box["hi"]):
+        return 0.0
+    g = "xyz".index(f["gradient_axis"])
+    return 0.5 * abs(f["rate"]) * abs(float(box["hi"][g]) - float(box["lo"][g]))
+
+
+def _check_flow(deck, problems):
+    """A shear flow needs distinct axes, a box periodic along both (Lees--Edwards) and walls normal to the
+    third axis only."""
+    f = deck["flow"]
+    if f["type"] != "shear" or not _valid(f["flow_axis"], f["gradient_axis"]):
+        return
+    a, g = f["flow_axis"], f["gradient_axis"]
+    if a == g:
+        problems.append(f"flow.gradient_axis: must differ from flow.flow_axis ({a!r})")
+        return
+    per = deck["box"]["periodic"]
+    if not _bool3(per):
+        for ax in (a, g):
+            if not per["xyz".index(ax)]:
+                problems.append(f"box.periodic: a shear flow needs a periodic box along its {ax} axis "
+                                f"(flow along {a}, Lees-Edwards boundaries along {g}), got {per}")
+    for k, w in enumerate(deck["walls"]):
+        if isinstance(w, dict) and not _vec3(w.get("normal")):
+            nrm = np.asarray(w["normal"], float)
+            if abs(nrm["xyz".index(a)]) > 0 or abs(nrm["xyz".index(g)]) > 0:
+                problems.append(f"walls[{k}].normal: with a shear flow (flow {a}, gradient {g}) walls must be "
+                                f"normal to the third axis, got {w['normal']}")
 
 
 def _min_size(b):
@@ -608,6 +653,7 @@ def validate(raw, source="deck"):
 
     _check_ranges(deck, problems)
     _check_brownian(deck, problems)
+    _check_flow(deck, problems)
     kinds = {b.get("shape") for sec in ("bodies", "generate") for b in deck[sec] if isinstance(b, dict)}
     if "ring" in kinds and kinds & {"ellipsoid", "spherocylinder"}:
         problems.append("bodies: rings can only be combined with spheres and walls (ring-ellipsoid and "

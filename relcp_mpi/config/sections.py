@@ -197,6 +197,20 @@ class DebugSection:
 
 
 @dataclass(frozen=True)
+class FlowSection:
+    """Imposed background flow (:class:`relcp_mpi.physics.flow.ImposedFlow`)."""
+    type: str                 # none | shear
+    rate: float               # [1/T] shear rate: u_flow_axis = rate (x_gradient_axis - box centre)
+    flow_axis: str            # x | y | z
+    gradient_axis: str        # x | y | z (Lees-Edwards boundaries along this axis)
+
+    @property
+    def axes(self):
+        """(flow axis, gradient axis) as 0/1/2."""
+        return "xyz".index(self.flow_axis), "xyz".index(self.gradient_axis)
+
+
+@dataclass(frozen=True)
 class Deck:
     """A validated deck, one typed section per deck section (see the module docstring)."""
     name: str
@@ -217,6 +231,7 @@ class Deck:
     generate: tuple           # of GeneratorSpec
     event_driven: object      # EventDrivenSection (engine event_driven) or None
     raw: dict
+    flow: FlowSection = None  # (a default, so a Deck built without it still works; typed() always sets it)
 
     @property
     def checkpoint_prefix(self):
@@ -239,7 +254,8 @@ def typed(deck):
                 bodies=tuple(_body_spec(BodySpec, b) for b in deck["bodies"]),
                 generate=tuple(_body_spec(GeneratorSpec, g) for g in deck["generate"]),
                 event_driven=check_event_section(deck["event_driven"], []) if deck["engine"] == "event_driven"
-                else None, raw=deck)
+                else None, raw=deck,
+                flow=_section(FlowSection, deck["flow"]))
 
 
 def override(deck, changes, source="deck"):

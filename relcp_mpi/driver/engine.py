@@ -7,9 +7,11 @@
 2. :meth:`StepEngine.prepare`: migrate bodies (the warm-start rows travel with their body gid_i) to the rank
    owning their centre, number the body rows of D (exscan), exchange ghosts;
 3. mobility blocks and unconstrained velocity U_ext = M F_ext + U_imposed (+ the Brownian velocity
-   sqrt(2 kT / dt) M^{1/2} Z when ``fluid.kT`` > 0, :mod:`relcp_mpi.physics.brownian`) of owned bodies;
+   sqrt(2 kT / dt) M^{1/2} Z when ``fluid.kT`` > 0, :mod:`relcp_mpi.physics.brownian`; + the imposed background
+   flow, deck section ``flow``, :mod:`relcp_mpi.physics.flow`) of owned bodies;
 4. the ReLCP step (:func:`relcp_mpi.stepper.relcp.relcp_step`): pairs -> constraints -> solver -> trial update;
-5. commit positions, velocities, the warm-start table and the work weights into the state.
+5. commit positions, velocities, the warm-start table and the work weights into the state (with a shear flow:
+   advance the Lees--Edwards image offset and wrap bodies that crossed the gradient-axis boundary with it).
 
 The engine holds what does not belong to the run state: the deck's constants (box, walls, viscosity, step
 parameters), the persistent PETSc workspace, the ghost plan of the current step and the stage timer.
@@ -29,6 +31,7 @@ from relcp_mpi.parallel.exchange import exchange_rows
 from relcp_mpi.parallel.ghosts import exchange_ghosts, refresh_ghosts
 from relcp_mpi.parallel.migration import migrate
 from relcp_mpi.physics.brownian import brownian_velocity
+from relcp_mpi.physics.flow import ImposedFlow
 from relcp_mpi.physics.growth import GrowthModel, divide, grow
 from relcp_mpi.physics.mobility import mobility_blocks
 from relcp_mpi.physics.stress import body_stresslets, step_stress_diagnostics
@@ -76,8 +79,10 @@ class StepEngine:
         self.workspace = StepWorkspace(comm)
         self.has_growth = bool(comm.allreduce(bool(np.any(state.bodies.growth != 0)), op=MPI.LOR))
         self.ghosts = None
+        self.ghost_shift = None
         self.contact_force = None
         self._last_rows = None          # (table, gamma, n_owned, row, row_starts) of the last step: stresslets
+        self.flow = ImposedFlow.from_deck(deck)     # None without a flow section
 
     def free(self):
         """Release the PETSc workspace (it is re-created by the next step)."""
@@ -103,7 +108,7 @@ class StepEngine:
         st.imbalance = float(imb)
         if pdecomp.should_rebalance(st.step, self.rebalance_every, imb, self.imbalance_threshold):
             with self.timer.stage("rebalance"):
-                st.decomp = pdecomp.RCBDecomposition(self.box, self.comm, self.box.wrap(st.bodies.x), w)
+                st.decomp = pdecomp.RCBDecomposition(self.box, self.comm, self.box.wrap(st.bodies.x, st.shear_offset), w)
             st.n_rebalances += 1
 
     def prepare(self, st):
@@ -111,7 +116,7 @@ class StepEngine:
         comm = self.comm
         with self.timer.stage("migrate"):
             self._route_warm_with_bodies(st)
-            st.bodies = migrate(st.bodies, st.decomp, comm)
+            st.bodies = migrate(st.bodies, st.decomp, comm, offset=st.shear_offset)
         b = st.bodies
         n = len(b)
         offset = comm.exscan(n) or 0
@@ -119,7 +124,7 @@ class StepEngine:
         st.row_starts = np.concatenate([[0], np.cumsum(comm.allgather(n))]).astype(np.int64)
         with self.timer.stage("ghosts"):
             st.decomp.validate_ghost_width(st.ghost_width)
-            ghosts, _ = exchange_ghosts(b, st.decomp, comm, st.ghost_width)
+            ghosts, self.ghost_shift = exchange_ghosts(b, st.decomp, comm, st.ghost_width, offset=st.shear_offset)
         self.ghosts = ghosts
         self._decomp = st.decomp
         return b, ghosts
@@ -139,7 +144,7 @@ class StepEngine:
             np.zeros(len(keys), bool)
         keys, vals = keys[ok], vals[ok]
         idx = order[pos[ok]]
-        dest = st.decomp.owner(self.box.wrap(b.x[idx])) if len(idx) else np.zeros(0, np.int64)
+        dest = st.decomp.owner(self.box.wrap(b.x[idx], st.shear_offset)) if len(idx) else np.zeros(0, np.int64)
         rows = np.stack([keys["a"], keys["b"], keys["k"]], axis=1).astype(np.float64) if len(keys) else \
             np.zeros((0, 3))
         recv = exchange_rows(np.concatenate([rows, vals], axis=1) if len(keys) else np.zeros((0, 7)),
@@ -148,11 +153,12 @@ class StepEngine:
         k["a"], k["b"], k["k"] = (np.rint(recv[:, c]).astype(np.int64) for c in range(3))
         st.warm = (k, recv[:, 3:].copy())
 
-    def _refresh(self, x_owned, q_owned, bodies):
-        """Ghost positions/orientations for trial owned states (collective, reuses the ghost plan)."""
+    def _refresh(self, x_owned, q_owned, bodies, elapsed=0.0):
+        """Ghost positions/orientations for trial owned states ``elapsed`` [T] after the step's start
+        (collective, reuses the ghost plan; ``elapsed`` moves Lees--Edwards images)."""
         with self.timer.stage("ghosts"):
             trial = BodyStore(gid=bodies.gid, kind=bodies.kind, shape=bodies.shape, x=x_owned, q=q_owned)
-            g = refresh_ghosts(trial, self.ghosts, self._decomp, self.comm)
+            g = refresh_ghosts(trial, self.ghosts, self._decomp, self.comm, elapsed=elapsed)
         return g.x, g.q
 
     # ------------------------------------------------------------------------------------------------
@@ -207,18 +213,25 @@ class StepEngine:
                 step, level, index = noise_key if noise_key is not None else (st.step, 0, 0)
                 U_ext = U_ext + brownian_velocity(b.kind, b.shape, b.q, self.mu, self.kT, dt, self.seed, step,
                                                   b.gid, fixed=b.fixed, level=level, index=index)
+            if self.flow is not None:       # the background flow bodies follow without contacts
+                U_ext = U_ext + self.flow.body_velocity(b.kind, b.shape, b.x, b.q, fixed=b.fixed)
         inp = StepInput(
             comm=comm, n_owned=n, gid=np.concatenate([b.gid, g.gid]), row=np.concatenate([b.row, g.row]),
             row_starts=st.row_starts, kind=K, shape=S, bound=bounding_radius(K, S),
             x0=np.concatenate([b.x, g.x]), q0=np.concatenate([b.q, g.q]), blocks=blocks, U_ext=U_ext,
             wall_points=self.wall_points, wall_normals=self.wall_normals,
-            refresh=lambda x, q: self._refresh(x, q, b), warm_keys=st.warm[0], warm_values=st.warm[1])
+            refresh=lambda x, q: self._refresh(x, q, b, elapsed=dt), warm_keys=st.warm[0], warm_values=st.warm[1],
+            image_velocity=self._image_velocity(n))
         prm = dataclasses.replace(self.params, dt=dt, skin=st.skin)
         with self.timer.stage("relcp"):
             res = relcp_step(inp, prm, self.workspace, timer=self.timer)
-        b.x[:] = self.box.wrap(res.x)          # committed positions live in the box on periodic axes
         b.q[:] = res.q
-        b.u[:] = res.U
+        if self.box.shear is None:
+            b.x[:] = self.box.wrap(res.x)          # committed positions live in the box on periodic axes
+            b.u[:] = res.U
+        else:                                   # Lees-Edwards: the images slid by rate L_g dt during the step
+            st.shear_offset = self._advance_offset(st.shear_offset, dt)
+            b.x[:], b.u[:] = self.box.wrap_with_velocity(res.x, res.U, st.shear_offset)
         self.contact_force = res.F          # (n_owned, 6) constraint force/torque of the step [F, F L]
         self._last_rows = (res.table, res.gamma, n, inp.row, st.row_starts)
         own = res.table.ia[res.table.ia < len(b)]
@@ -231,4 +244,31 @@ class StepEngine:
         diag.update(step_stress_diagnostics(res.table, res.gamma, inp.x0, self.box.lengths, comm))
         if st.imbalance is not None:
             diag["imbalance"] = st.imbalance      # measured at the last rebalance check
+        if self.box.shear is not None:
+            sh = self.box.shear
+            diag["shear_offset"] = float(st.shear_offset)
+            if sh.rate != 0.0:     # contact contribution to the shear viscosity [F T / L^2]
+                a, g = "xyz"[sh.flow_axis], "xyz"[sh.gradient_axis]
+                diag["contact_viscosity"] = 0.5 * (diag[f"stress_{a}{g}"] + diag[f"stress_{g}{a}"]) / sh.rate
         return diag
+
+    # ------------------------------------------------------------------------------------------------
+    def _advance_offset(self, offset, dt):
+        """Lees--Edwards image offset after ``dt`` [T]: offset + rate L_g dt, mod L_a, in [0, L_a) [L]."""
+        sh, L = self.box.shear, self.box.lengths
+        La = float(L[sh.flow_axis])
+        out = float(np.mod(offset + sh.rate * float(L[sh.gradient_axis]) * dt, La))
+        return 0.0 if out >= La else out
+
+    def _image_velocity(self, n_owned):
+        """(m, 3) velocity of each local copy relative to its body: 0 for owned bodies and plain images, the
+        Lees--Edwards jump n rate L_g along the flow axis for images n cells along the gradient axis; None
+        without shear (the stepper adds it to the level-0 rows' predicted gap rate)."""
+        sh = self.box.shear
+        if sh is None:
+            return None
+        L = self.box.lengths
+        v = np.zeros((n_owned + len(self.ghost_shift), 3))
+        v[n_owned:, sh.flow_axis] = np.rint(self.ghost_shift[:, sh.gradient_axis] / L[sh.gradient_axis]) \
+            * sh.rate * L[sh.gradient_axis]
+        return v

@@ -4,7 +4,8 @@ The checkpoint file format is :mod:`relcp_mpi.io.checkpoint`; this module decide
 :class:`relcp_mpi.state.RunState` goes into it and how a state is rebuilt from it on any number of ranks:
 
 * bodies, the warm-start table (multiplier and hint normal per constraint row), step, time, dt, next gid,
-  the skin, the number of rebalances, the step policy's state;
+  the skin, the number of rebalances, the step policy's state, the Lees--Edwards image offset of a shear flow
+  (``shear_offset`` [L]; a restart continues the sliding images where they were);
 * what a restart on the same rank count needs to continue bit for bit: the ownership of the bodies during the
   last step (``row_starts``; with the bodies' ``row`` it gives each body's rank) and, for RCB, the
   decomposition tree.  On another rank count the decomposition is rebuilt and the run agrees to solver
@@ -46,6 +47,8 @@ def write_state(st, deck, deck_text, comm):
             "decomposition": deck.parallel.decomposition, "n_bodies": int(st.n_global),
             "skin": float(st.skin), "n_rebalances": int(st.n_rebalances),
             "step_policy": {"level": int(st.policy["level"]), "ok": int(st.policy["ok"])}}
+    if deck.flow is not None and deck.flow.type == "shear":
+        meta["shear_offset"] = float(st.shear_offset)
     if st.row_starts is not None and len(st.row_starts) == comm.size + 1:
         meta["row_starts"] = np.asarray(st.row_starts, dtype=np.int64)
     if isinstance(st.decomp, pdecomp.RCBDecomposition):
@@ -98,6 +101,7 @@ def read_state(path, deck, comm):
     check_compatible(m, deck.raw, path=f"checkpoint {path}")
 
     box = box_of(deck)
+    offset = _shear_offset(meta, box)
     same_ranks = int(meta.get("n_ranks_written", -1)) == comm.size
     decomp = make_decomposition(deck, box, comm, bodies.x)
     rcb = meta.get("rcb")
@@ -105,14 +109,14 @@ def read_state(path, deck, comm):
             int(rcb.get("size", -1)) == comm.size:
         # partition exactly as the interrupted run did (its tree may also come from a rebalance); the
         # bodies first go to the owners of the provisional decomposition, as a fresh start does
-        bodies = migrate(bodies, decomp, comm)
+        bodies = migrate(bodies, decomp, comm, offset=offset)
         try:
             decomp = pdecomp.RCBDecomposition.from_dict(box, comm, rcb)
         except ValueError as exc:
             raise CheckpointError(f"checkpoint {path}: stored RCB decomposition: {exc}") from None
-    bodies = migrate(bodies, decomp, comm)
+    bodies = migrate(bodies, decomp, comm, offset=offset)
     st = RunState(bodies=bodies, dt=float(deck.time.dt), decomp=decomp, skin=0.0, rmax=0.0,
-                  step=int(meta["step"]), time=float(meta["time"]))
+                  step=int(meta["step"]), time=float(meta["time"]), shear_offset=offset)
     st.n_global = comm.allreduce(len(bodies))
     st.next_gid = max(comm.allreduce(int(bodies.gid.max()) + 1 if len(bodies) else 0, op=MPI.MAX),
                       int(meta.get("next_gid", 0)))
@@ -143,6 +147,17 @@ def read_state(path, deck, comm):
     idx = np.searchsorted(b.gid, st.warm[0]["a"]) if len(b) else np.zeros(0, np.int64)
     st.work = 1.0 + np.bincount(idx, minlength=len(b)).astype(np.float64)
     return st, meta, path
+
+
+def _shear_offset(meta, box):
+    """The Lees--Edwards image offset [L] to continue from: the checkpoint's, or for a checkpoint written
+    without shear (a deck that adds a shear flow on restart) rate L_g t mod L_a, as if it had always run."""
+    if box.shear is None:
+        return 0.0
+    if "shear_offset" in meta:
+        return float(meta["shear_offset"])
+    sh, L = box.shear, box.lengths
+    return float(np.mod(sh.rate * L[sh.gradient_axis] * float(meta["time"]), L[sh.flow_axis]))
 
 
 def _warm_from_columns(warm):

@@ -119,7 +119,15 @@ class Decomposition:
             return self._target_cache[width]
         shifts = _shift_candidates(self.box)
         mlo, mhi = self.my_bounds
-        d = _box_box_distance((mlo + shifts)[None, :, :], (mhi + shifts)[None, :, :],
+        lo_s, hi_s = mlo + shifts, mhi + shifts
+        if self.box.shear is not None:
+            # Lees-Edwards: an image along the gradient axis slides along the flow axis by the current offset,
+            # so my bodies' images there may lie anywhere along the flow axis (exchange_ghosts re-wraps them)
+            a, g = self.box.shear.flow_axis, self.box.shear.gradient_axis
+            sl = shifts[:, g] != 0
+            lo_s[sl, a] = self.box.lo[a] + shifts[sl, a]
+            hi_s[sl, a] = self.box.hi[a] + shifts[sl, a]
+        d = _box_box_distance(lo_s[None, :, :], hi_s[None, :, :],
                               self._lo[:, None, :], self._hi[:, None, :])  # (size, nshift)
         ok = d <= width
         ok[self.rank, 0] = False  # shift 0 is first

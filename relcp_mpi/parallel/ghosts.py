@@ -10,6 +10,12 @@ an owned body (same rank, no shift) or as a ghost at the image nearest to ``a`` 
 ``width < L/2`` on periodic axes, exactly once.  Assigning a pair to the owner of the lower gid
 therefore finds every pair within ``width`` exactly once over all ranks.
 
+Lees--Edwards boundaries (``decomp.box.shear``): an image ``n`` cells up the gradient axis g is displaced by
+``n offset`` along the flow axis a (``offset``: the run's current image offset) and re-wrapped along a, so its
+shift ``S`` has an a component that depends on the body; the image moves ``n rate L_g`` faster along a than
+its body (``GhostPlan.send_vshift``), which :func:`refresh_ghosts` adds over the ``elapsed`` time of a trial
+configuration, and the ghost's velocity ``u`` carries it.
+
 Preconditions: ``bodies`` are this rank's owned bodies right after :func:`migrate` (positions inside
 my subdomain, wrapped).  To keep the ghosts valid while bodies move inside a time step, include the
 maximum displacement in the width (the skin) and use :func:`refresh_ghosts`, which re-sends the
@@ -44,19 +50,21 @@ class GhostPlan:
     recv_perm: np.ndarray        # (g,) received-row order -> ghost order
     ghost_gid: np.ndarray        # (g,) gids of the ghosts, in ghost order
     ghost_rank: np.ndarray       # (g,) owner rank of each ghost, in ghost order
+    send_vshift: np.ndarray = None  # (m, 3) Lees-Edwards velocity shift of each sent image (None: no shear)
 
     @property
     def n_ghost(self):
         return len(self.ghost_gid)
 
 
-def exchange_ghosts(bodies, decomp, comm, width, return_plan=False):
+def exchange_ghosts(bodies, decomp, comm, width, return_plan=False, offset=0.0):
     """Collect the ghosts of my subdomain for the given width (collective).
 
     Returns ``(ghosts, image_shift)`` -- a :class:`BodyStore` of ghost copies (positions already
     shifted by their image shift), ordered by (gid, shift), and the (g, 3) shifts -- or
     ``(ghosts, image_shift, plan)`` with ``return_plan=True``.  The plan is also stored as
-    ``decomp.last_ghost_plan`` for :func:`refresh_ghosts`.  Raises DeckError (a ValueError; on every
+    ``decomp.last_ghost_plan`` for :func:`refresh_ghosts`.  ``offset`` [L]: the Lees--Edwards image offset
+    (ignored without ``decomp.box.shear``).  Raises DeckError (a ValueError; on every
     rank, the check is collective) if ``width`` violates :meth:`Decomposition.validate_ghost_width`.
     """
     w = decomp.validate_ghost_width(width)
@@ -70,13 +78,17 @@ def exchange_ghosts(bodies, decomp, comm, width, return_plan=False):
     near = np.flatnonzero(np.any((p - mlo <= w_eff) | (mhi - p <= w_eff), axis=1))
     pn = p[near]
     ranks, shifts = decomp.ghost_targets(w_eff)
+    le = _LeesEdwardsImages(decomp.box, pn, offset)
     idx_parts, shift_parts, dest_parts = [], [], []
     for r, s in zip(ranks, shifts):  # loop over (rank, image) targets, not bodies
         lo, hi = decomp._lo[r], decomp._hi[r]
-        sel = near[point_box_distance(pn + s, lo, hi) <= w_eff]
+        s = le.shifts(s)                 # (3,), or (len(near), 3) for Lees-Edwards images
+        ok = point_box_distance(pn + s, lo, hi) <= w_eff
+        sel = near[ok]
         if len(sel):
             idx_parts.append(sel)
-            shift_parts.append(np.broadcast_to(s, (len(sel), 3)))
+            shift_parts.append(np.broadcast_to(s, (len(near), 3))[ok] if s.ndim == 2 else
+                               np.broadcast_to(s, (len(sel), 3)))
             dest_parts.append(np.full(len(sel), r, dtype=np.int64))
     if idx_parts:
         send_idx = np.concatenate(idx_parts)
@@ -89,6 +101,10 @@ def exchange_ghosts(bodies, decomp, comm, width, return_plan=False):
     rcount = exchange_counts(scount, comm)
     sent = bodies.take(send_idx)
     sent.x = sent.x + send_shift
+    send_vshift = le.velocity_shift(send_shift)
+    if send_vshift is not None:
+        sent.u = sent.u.copy()
+        sent.u[:, :3] += send_vshift
     rows = np.concatenate([pack_rows(sent), send_shift], axis=1)
     recv = exchange_sorted(rows, scount, rcount, comm)
     g = BodyStore.unpack(recv[:, :PACK_WIDTH])
@@ -99,15 +115,18 @@ def exchange_ghosts(bodies, decomp, comm, width, return_plan=False):
     plan = GhostPlan(width=w, n_owned=n, send_idx=send_idx, send_shift=send_shift,
                      send_gid=bodies.gid[send_idx].copy(), scount=scount, rcount=rcount,
                      recv_perm=perm, ghost_gid=ghosts.gid.copy(),
-                     ghost_rank=np.repeat(np.arange(size, dtype=np.int64), rcount)[perm])
+                     ghost_rank=np.repeat(np.arange(size, dtype=np.int64), rcount)[perm], send_vshift=send_vshift)
     decomp.last_ghost_plan = plan
     if return_plan:
         return ghosts, image_shift, plan
     return ghosts, image_shift
 
 
-def refresh_ghosts(bodies, ghosts, decomp, comm, plan=None, check=True):
+def refresh_ghosts(bodies, ghosts, decomp, comm, plan=None, check=True, elapsed=0.0):
     """Re-send x (shifted by the remembered image shift), q, u and shape of the same ghosts.
+
+    ``elapsed`` [T]: time since the exchange; Lees--Edwards images have moved by ``elapsed`` times their
+    velocity shift relative to their bodies (ignored without shear).
 
     ``bodies`` must be the same owned bodies in the same order as at the exchange (only their
     state changed); ``ghosts`` is updated in place and returned.  ``plan`` defaults to
@@ -126,10 +145,48 @@ def refresh_ghosts(bodies, ghosts, decomp, comm, plan=None, check=True):
                                       f"not match the ghost plan ({plan.n_owned} owned, {plan.n_ghost} ghosts); "
                                       f"call exchange_ghosts again after migration"), comm, phase="refresh_ghosts")
     i = plan.send_idx
-    rows = np.concatenate([bodies.x[i] + plan.send_shift, bodies.q[i], bodies.u[i], bodies.shape[i]], axis=1)
+    if plan.send_vshift is None:
+        rows = np.concatenate([bodies.x[i] + plan.send_shift, bodies.q[i], bodies.u[i], bodies.shape[i]], axis=1)
+    else:
+        u = bodies.u[i].copy()
+        u[:, :3] += plan.send_vshift
+        rows = np.concatenate([bodies.x[i] + plan.send_shift + elapsed * plan.send_vshift, bodies.q[i], u,
+                               bodies.shape[i]], axis=1)
     recv = exchange_sorted(rows, plan.scount, plan.rcount, comm)[plan.recv_perm]
     c = 0
     for name, wd in zip(REFRESH_FIELDS, _REFRESH_WIDTHS):
         getattr(ghosts, name)[...] = recv[:, c:c + wd]
         c += wd
     return ghosts
+
+
+class _LeesEdwardsImages:
+    """Image shifts and velocity shifts of Lees--Edwards boundaries for the ghost exchange (no-op without)."""
+
+    def __init__(self, box, p, offset):
+        self.box, self.p, self.offset = box, p, float(offset)
+        self.shear = box.shear
+
+    def shifts(self, s):
+        """Shift(s) of the image ``s`` (a multiple of the box lengths) of the bodies at ``p`` (k, 3): ``s``
+        itself, or for an image along the gradient axis (k, 3) shifts whose flow-axis part moves each image
+        by n offset and back into the box along the flow axis (the target enumeration covers the whole
+        flow-axis range for such images)."""
+        if self.shear is None or s[self.shear.gradient_axis] == 0:
+            return s
+        a, g = self.shear.flow_axis, self.shear.gradient_axis
+        n = np.rint(s[g] / self.box.lengths[g])
+        pa = self.p[:, a] + n * self.offset
+        wrapped = self.box.wrap_axis(pa.copy(), a)
+        out = np.broadcast_to(s, (len(self.p), 3)).copy()
+        out[:, a] += wrapped - self.p[:, a]
+        return out
+
+    def velocity_shift(self, send_shift):
+        """(m, 3) velocity of each sent image relative to its body (n rate L_g along the flow axis), or None."""
+        if self.shear is None:
+            return None
+        a, g = self.shear.flow_axis, self.shear.gradient_axis
+        v = np.zeros((len(send_shift), 3))
+        v[:, a] = np.rint(send_shift[:, g] / self.box.lengths[g]) * self.shear.rate * self.box.lengths[g]
+        return v

@@ -38,10 +38,12 @@ def _fmt_ids(ids):
     return s + (f", ... ({len(ids)} in total)" if len(ids) > _MAX_LISTED else "")
 
 
-def migrate(bodies, decomp, comm, check=True):
+def migrate(bodies, decomp, comm, check=True, offset=0.0):
     """Send every body to ``decomp.owner(x)``; returns this rank's bodies sorted by gid.
 
-    Positions are wrapped into the box on periodic axes first (ids are kept).  Collective: all
+    Positions are wrapped into the box on periodic axes first (ids are kept; with Lees--Edwards boundaries
+    ``decomp.box.shear`` a body wrapped along the gradient axis moves by the image ``offset`` [L] along the
+    flow axis and its velocity by the images' velocity jump, :meth:`Box.wrap_with_velocity`).  Collective: all
     ranks must call it.  With ``check`` (default) the global id multiset is verified (one extra
     Alltoallv of two ints per body and an allreduce); problems raise :class:`MigrationError` on
     every rank naming the offending ids.  Non-finite positions always raise (collectively).
@@ -49,7 +51,10 @@ def migrate(bodies, decomp, comm, check=True):
     from mpi4py import MPI
     size = comm.Get_size()
     b = bodies.copy()
-    b.x = decomp.box.wrap(b.x) if b.n else b.x
+    if decomp.box.shear is not None and b.n:
+        b.x, b.u = decomp.box.wrap_with_velocity(b.x, b.u, offset)
+    else:
+        b.x = decomp.box.wrap(b.x) if b.n else b.x
     finite = np.all(np.isfinite(b.x), axis=1) if b.n else np.ones(0, dtype=bool)
     nbad = np.array([int(np.count_nonzero(~finite))], dtype=np.int64)
     comm.Allreduce(MPI.IN_PLACE, nbad, op=MPI.SUM)

@@ -88,6 +88,8 @@ class StepInput:
     warm_keys: np.ndarray = None     # (c_prev,) structured (gid_i, gid_j, sub) keys of the previous step's rows
     warm_values: np.ndarray = None   # (c_prev, 4): multiplier and a geometry hint (the pair's latest normal,
                                      # NaN if none) used to warm-start level 0 (see StepResult.warm_table)
+    image_velocity: np.ndarray = None  # (m, 3) velocity of each local copy relative to its body (Lees-Edwards
+                                       # images of a shear flow; see _image_gap_rate), None = all zero
 
 
 @dataclass
@@ -332,6 +334,8 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
         DtU = tmp.getArray().copy()
         if depth == 0:                             # collective branch: same on every rank
             table.q[:] = table.sep0 + dt * DtU
+            if inp.image_velocity is not None:
+                table.q[:] += dt * _image_gap_rate(inp, table)
         else:
             # appended rows: q = sep_trial - dt D^T (U_trial - U_ext)
             new = slice(level_start, c)
@@ -385,6 +389,8 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
         rot = 2.0 * np.arccos(np.minimum(np.abs(np.einsum("ij,ij->i", Q0, Qt)), 1.0))
         rows_rot = np.maximum(rot[table.ia], np.where(table.ib >= 0, rot[np.maximum(table.ib, 0)], 0.0))
         ext = np.array([reach.max(initial=0.0), rows_rot.max(initial=0.0)])
+        if inp.image_velocity is not None:       # images drift relative to their bodies (Lees-Edwards)
+            ext[0] += dt * np.linalg.norm(inp.image_velocity, axis=1).max(initial=0.0)
         comm.Allreduce(_MPI().IN_PLACE, ext, op=_MPI().MAX)
         max_reach, max_rot = float(ext[0]), float(ext[1])
         max_trial_rot = max(max_trial_rot, float(max_rot))
@@ -485,6 +491,18 @@ def _line_contact_level0(inp, prm, X, Q, ia, ib, geo, wb, ww, wgeo, table):
     table.append(**_rows(inp, wg, wb[cand], -1 - ww[cand], X, wsub, np.zeros(len(cand))))
     cand, wsub, wg = ring_wall_rows(inp.kind, inp.shape, X, Q, wb, ww, inp.wall_points, inp.wall_normals, prm.skin)
     table.append(**_rows(inp, wg, wb[cand], -1 - ww[cand], X, wsub, np.zeros(len(cand))))
+
+
+def _image_gap_rate(inp, table):
+    """(c,) rate of change of each row's gap from the images' own motion: n . (v_i - v_j) with v the velocity of
+    the local copy relative to its body (``inp.image_velocity``; walls do not move).  D^T U only holds the
+    bodies' velocities, so a level-0 row between a body and a Lees--Edwards image adds this to its predicted
+    gap; appended rows need nothing (their q is measured at the trial configuration, where images have
+    moved)."""
+    iv = inp.image_velocity
+    vi = iv[table.ia]
+    vj = np.where((table.ib >= 0)[:, None], iv[np.maximum(table.ib, 0)], 0.0)
+    return np.einsum("ij,ij->i", table.normal, vi - vj)
 
 
 def _union_pairs(pairs, a, b, base):
