@@ -4,7 +4,8 @@ The checkpoint file format is :mod:`relcp_mpi.io.checkpoint`; this module decide
 :class:`relcp_mpi.state.RunState` goes into it and how a state is rebuilt from it on any number of ranks:
 
 * bodies, the warm-start table (multiplier and hint normal per constraint row), step, time, dt, next gid,
-  the skin, the number of rebalances, the step policy's state;
+  the skin, the number of rebalances and the imbalance measured at the last rebalance check (a per-step
+  diagnostic), the step policy's state;
 * what a restart on the same rank count needs to continue bit for bit: the ownership of the bodies during the
   last step (``row_starts``; with the bodies' ``row`` it gives each body's rank) and, for RCB, the
   decomposition tree.  On another rank count the decomposition is rebuilt and the run agrees to solver
@@ -46,6 +47,10 @@ def write_state(st, deck, deck_text, comm):
             "decomposition": deck.parallel.decomposition, "n_bodies": int(st.n_global),
             "skin": float(st.skin), "n_rebalances": int(st.n_rebalances),
             "step_policy": {"level": int(st.policy["level"]), "ok": int(st.policy["ok"])}}
+    if st.imbalance is not None:
+        # the RCB imbalance of the last rebalance check is a diagnostic of every step until the next check:
+        # without it a restarted run's diagnostics rows would lack it until then
+        meta["imbalance"] = float(st.imbalance)
     if st.row_starts is not None and len(st.row_starts) == comm.size + 1:
         meta["row_starts"] = np.asarray(st.row_starts, dtype=np.int64)
     if isinstance(st.decomp, pdecomp.RCBDecomposition):
@@ -134,6 +139,8 @@ def read_state(path, deck, comm):
     else:
         st.skin = initial_skin(deck, st.rmax)
     st.n_rebalances = int(meta.get("n_rebalances", 0))
+    if meta.get("imbalance") is not None:
+        st.imbalance = float(meta["imbalance"])
     pol = meta.get("step_policy")
     if isinstance(pol, dict):
         st.policy = {"level": int(pol.get("level", 0)), "ok": int(pol.get("ok", 0))}
