@@ -3,6 +3,7 @@
 Sub-commands::
 
     relcp-mpi run DECK.yaml [--steps N] [--output DIR] [--restart PATH|latest] [--overwrite]
+                            [--allow-deck-change KEY ...]
                             [--petsc "-opt val ..."] [--quiet]
     relcp-mpi validate DECK.yaml      check a deck (schema, body construction, initial overlaps) and
                                       print the normalised version
@@ -15,7 +16,9 @@ Sub-commands::
 ``run``: a fresh run refuses to start when its output directory already holds a trajectory or checkpoints
 of the deck's name (``--overwrite`` deletes them once the deck has been checked; ``--restart`` continues
 from them).  ``--restart`` (or the deck's ``output.restart``) takes a checkpoint path or ``latest`` (the
-newest valid ``<output.directory>/<name>_ckpt_<step>.h5``); the trajectory is then appended to.
+newest valid ``<output.directory>/<name>_ckpt_<step>.h5``); the trajectory is then appended to.  Every
+difference between the checkpoint's deck and the deck given is printed; the physics-defining ones are
+refused with exit 2 unless accepted with ``--allow-deck-change KEY`` (see :mod:`relcp_mpi.io.deck_changes`).
 SIGTERM or SIGUSR1 (to the rank processes; ``mpirun`` forwards SIGUSR1 but not SIGTERM) makes all ranks
 write a checkpoint at the end of the current step and exit with status 3.
 
@@ -68,6 +71,9 @@ def _parser():
                         "output directory); overrides output.restart")
     r.add_argument("--overwrite", action="store_true",
                    help="allow a fresh run to replace the trajectory/checkpoints of an earlier run of the deck")
+    r.add_argument("--allow-deck-change", metavar="KEY", action="append", default=[],
+                   help="restart: accept a change of the physics-defining deck key KEY (dotted, e.g. "
+                        "contact.overlap_tol or fluid; repeatable) that a restart refuses otherwise")
     r.add_argument("--petsc", default="", help="PETSc options, e.g. \"-log_view\"")
     r.add_argument("--quiet", action="store_true", help="no progress lines")
     v = sub.add_parser("validate", help="validate a deck (schema, bodies, initial overlaps)")
@@ -383,6 +389,29 @@ def _release(held):
     held.clear()
 
 
+def _report_deck_changes(comm, sim, args):
+    """Restart: print (rank 0) every accepted difference from the checkpoint's deck; refuse (InputError, on
+    every rank) a total step count below the checkpoint's step, which would run nothing."""
+    if sim.n_steps < sim.step:
+        t = sim.deck.time
+        how = (f"time.t_end = {t.t_end:g} with dt = {t.dt:g} gives {sim.n_steps} steps" if t.steps is None else
+               f"time.steps{' (--steps)' if args.steps is not None else ''} = {sim.n_steps}")
+        raise InputError(f"{how}, below the step {sim.step} of checkpoint {sim.restarted_from}: nothing to run "
+                         f"(the step count is the total, counted from step 0: pass --steps N with N > {sim.step} "
+                         f"to continue)")
+    if comm.rank != 0:
+        return
+    ch = sim.deck_changes
+    if ch:
+        print(f"relcp-mpi: the deck differs from the one of checkpoint {sim.restarted_from} in {len(ch)} "
+              f"key(s):\n" + "\n".join("  " + c.describe() for c in ch), flush=True)
+    from relcp_mpi.io.deck_changes import judge
+    for key in args.allow_deck_change:
+        if not any(c.key == key or c.key.startswith((key + ".", key + "[")) for c in ch):
+            note = "" if judge(key, (key,))[0] == "overridden" else f" (and {key} is not a refused key)"
+            print(f"relcp-mpi: note: --allow-deck-change {key}: the deck does not change it{note}", flush=True)
+
+
 def _run_relcp(comm, deck, text, args, restart, held):
     """Set up (restart or fresh), lock the output directory, run; returns the exit status."""
     from relcp_mpi.config.deck import DeckError
@@ -392,7 +421,8 @@ def _run_relcp(comm, deck, text, args, restart, held):
     try:
         if restart is not None:
             held.extend(lk for lk in [_lock_output(comm, deck)] if lk is not None)
-            sim = Simulation.from_checkpoint(restart, deck, text, comm)
+            sim = Simulation.from_checkpoint(restart, deck, text, comm, allow_deck_changes=args.allow_deck_change)
+            _report_deck_changes(comm, sim, args)
         else:
             check_build_memory(comm, deck, args.deck)
             sim = Simulation(deck, text, comm)

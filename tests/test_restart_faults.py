@@ -82,3 +82,101 @@ def test_same_rank_restart_frames_and_diagnostics_bitwise(shared_dir, hang_guard
             assert np.array_equal(ta[key], tb[key], equal_nan=True), (key, ta[key], tb[key])
         assert np.isfinite(ta["imbalance"][k + 1:]).all()            # a real value in every restarted row
     WORLD.Barrier()
+
+
+# ------------------------------------------------------------------------------------------------
+# item 3: a restart with a changed deck
+def test_deck_change_verdicts_by_dotted_prefix():
+    """The prefix tables: longest prefix wins, an unknown key is refused, --allow-deck-change accepts a
+    refused key (and whatever lies below the given prefix) but never a fixed one."""
+    from relcp_mpi.io.deck_changes import deck_changes, judge
+    assert judge("time.dt")[0] == "allowed"
+    assert judge("solver.tol")[0] == "allowed"
+    assert judge("contact.skin")[0] == "allowed"
+    assert judge("contact.model")[0] == "refused"
+    assert judge("contact.overlap_tol")[0] == "refused"
+    assert judge("fluid.viscosity")[0] == "refused"
+    assert judge("bodies[3].radius")[0] == "fixed"
+    assert judge("forces.body_force[2]")[0] == "fixed"
+    assert judge("brownian.temperature")[0] == "refused"            # a key no table lists
+    assert judge("contact.model", ("contact",))[0] == "overridden"
+    assert judge("contact.model_x", ("contact.model",))[0] == "refused"  # a prefix is a whole key
+    assert judge("bodies[0].radius", ("bodies",))[0] == "fixed"
+    old = validate({"time": {"dt": 0.1, "steps": 4}, "bodies": [{"shape": "sphere", "radius": 1.0,
+                                                                  "position": [0, 0, 0]}]})
+    new = validate({"time": {"dt": 0.05, "steps": 4}, "contact": {"model": "snsd"},
+                    "bodies": [{"shape": "sphere", "radius": 1.0, "position": [0, 0, 0.0]}]})
+    got = {c.key: (c.old, c.new, c.verdict) for c in deck_changes(old, new)}
+    assert got == {"time.dt": (0.1, 0.05, "allowed"), "contact.model": ("relcp", "snsd", "refused")}
+
+
+def _two_sphere_deck(tmp_path, name="dc", model="relcp", dt=0.1, steps=4):
+    from tests.helpers import write_deck
+    raw = {"name": name, "time": {"dt": dt, "steps": steps}, "box": {"lo": [-5, -5, -5], "hi": [5, 5, 5]},
+           "contact": {"model": model},
+           "output": {"trajectory_every": 1, "checkpoint_every": 2, "progress_every": 0},
+           "bodies": [{"shape": "sphere", "radius": 1.0, "position": [0, 0, 0], "force": [1, 0, 0]},
+                      {"shape": "sphere", "radius": 1.0, "position": [2.1, 0, 0]}]}
+    return write_deck(tmp_path / f"{name}_{model}_{dt}.yaml", raw)
+
+
+def _errors(r):
+    lines = (r.stdout + r.stderr).splitlines()
+    assert "Traceback" not in r.stdout + r.stderr, r.stdout + r.stderr
+    return [ln for ln in lines if ln.startswith("relcp-mpi: error:")]
+
+
+@serial_only
+def test_restart_with_changed_dt_is_reported_and_used(tmp_path):
+    """2 ranks: 4 steps of dt 0.1 (checkpoint at 4), then the deck with dt 0.05 continues to step 6: the
+    change is printed (old -> new, allowed), and the new dt is really used (t = 0.4 + 2 x 0.05)."""
+    from relcp_mpi.io.checkpoint import verify_checkpoint
+    from tests.helpers import run_cli
+    out = tmp_path / "out"
+    r, _ = run_cli(["run", _two_sphere_deck(tmp_path), "--output", out], n=2)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r, _ = run_cli(["run", _two_sphere_deck(tmp_path, dt=0.05), "--output", out, "--restart", "latest",
+                    "--steps", "6"], n=2)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not _errors(r)
+    ck = checkpoint_path(str(out / "dc_ckpt"), 4)
+    head = [ln for ln in r.stdout.splitlines() if "the deck differs" in ln]
+    assert head == [f"relcp-mpi: the deck differs from the one of checkpoint {ck} in 2 key(s):"], r.stdout
+    assert "  time.dt: 0.1 -> 0.05 (allowed)" in r.stdout.splitlines()
+    assert "  time.steps: 4 -> 6 (allowed)" in r.stdout.splitlines()
+    assert "output.directory" not in r.stdout         # --output of the first run is no change
+    meta = verify_checkpoint(checkpoint_path(str(out / "dc_ckpt"), 6))
+    assert meta["step"] == 6 and abs(meta["time"] - 0.5) < 1e-12 and meta["dt"] == 0.05
+
+
+@serial_only
+def test_restart_with_changed_contact_model_refused(tmp_path):
+    """2 ranks: the contact model changed -> exit 2, one message naming contact.model (old -> new), nothing
+    written; --allow-deck-change contact.model accepts it (reported as overridden); a step count below
+    the checkpoint's step -> exit 2 with a message instead of a run doing nothing."""
+    from tests.helpers import run_cli, snapshot
+    out = tmp_path / "out"
+    r, _ = run_cli(["run", _two_sphere_deck(tmp_path), "--output", out], n=2)
+    assert r.returncode == 0, r.stdout + r.stderr
+    snsd = _two_sphere_deck(tmp_path, model="snsd")
+    before = snapshot(str(out))
+    r, _ = run_cli(["run", snsd, "--output", out, "--restart", "latest", "--steps", "6"], n=2)
+    errs = _errors(r)
+    assert r.returncode == 2 and len(errs) == 1, r.stdout + r.stderr
+    assert "a restart must keep: contact.model " in errs[0] and "--allow-deck-change" in errs[0]
+    assert "  - contact.model: 'relcp' -> 'snsd' (refused: the contact model defines the constraints)" in r.stderr
+    assert "  - time.steps: 4 -> 6 (allowed)" in r.stderr           # the other differences are listed too
+    assert snapshot(str(out)) == before
+    # the expert override
+    r, _ = run_cli(["run", snsd, "--output", out, "--restart", "latest", "--steps", "6",
+                    "--allow-deck-change", "contact.model"], n=2)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "  contact.model: 'relcp' -> 'snsd' (overridden: the contact model defines the constraints; " \
+           "accepted by --allow-deck-change)" in r.stdout.splitlines()
+    # fewer total steps than the checkpoint's step
+    before = snapshot(str(out))
+    r, _ = run_cli(["run", snsd, "--output", out, "--restart", "latest", "--steps", "3"], n=2)
+    errs = _errors(r)
+    assert r.returncode == 2 and len(errs) == 1, r.stdout + r.stderr
+    assert "time.steps (--steps) = 3, below the step 6 of checkpoint" in errs[0]
+    assert snapshot(str(out)) == before
