@@ -118,7 +118,13 @@ def _named(exc, path):
 
 
 def main(argv=None):
+    from relcp_mpi.driver.signals import install_signal_handlers, restore_default_signal_handlers
+    # first thing, before MPI, PETSc or the deck: a stop signal from now on is a request (acted upon at the
+    # next point where the ranks agree), not the death of the rank
+    install_signal_handlers()
     args = _parser().parse_args(argv)
+    if args.command != "run":
+        restore_default_signal_handlers()        # the other commands never checkpoint
     if args.command == "validate":
         return _validate(args)
     if args.command == "info":
@@ -368,19 +374,35 @@ def _run(args):
     except DeckError as exc:
         _err(comm, exc)
         return EXIT_BAD_INPUT
+    if _stopped_during_startup(comm, restart):
+        return EXIT_SIGNAL
     from relcp_mpi.petsc import get_petsc
     get_petsc(args.petsc.split() + list(deck["solver"]["petsc_options"]))
+    if _stopped_during_startup(comm, restart):
+        return EXIT_SIGNAL
     if deck["engine"] == "event_driven":
         return _run_events(comm, deck, args)
-
-    from relcp_mpi.simulation import install_signal_handlers
-    # install before any heavy set-up: a signal from now on is acted upon at the end of the next step
-    install_signal_handlers()
     held = []                     # the run lock, once taken (rank 0): released however the run ends
     try:
         return _run_relcp(comm, deck, text, args, restart, held)
     finally:
         _release(held)
+
+
+def _stopped_during_startup(comm, restart):
+    """Collective: True (after rank 0 printed why) if any rank received SIGTERM/SIGUSR1 during start-up;
+    nothing has been written then (a restart's checkpoint is left as it is)."""
+    from relcp_mpi.driver.signals import agreed_stop_signal, clear_pending_signal, signal_name
+    signum = agreed_stop_signal(comm)
+    if not signum:
+        return False
+    clear_pending_signal()
+    if comm.rank == 0:
+        again = "start the run again" if restart is None else \
+            f"the checkpoint is unchanged: restart again with --restart {restart}"
+        print(f"relcp-mpi: stopped by {signal_name(signum)} during start-up, before the first step; nothing was "
+              f"written ({again})", flush=True)
+    return True
 
 
 def _release(held):
@@ -443,13 +465,13 @@ def _run_relcp(comm, deck, text, args, restart, held):
         sim.run()
     except StopRequested as stop:
         if comm.rank == 0:
-            import signal as _signal
-            try:
-                name = _signal.Signals(stop.signum).name
-            except ValueError:
-                name = f"signal {stop.signum}"
-            print(f"relcp-mpi: stopped by {name} after step {sim.step} (t={sim.time:.6g}); checkpoint "
-                  f"written to {stop.path}; continue with: relcp-mpi run {args.deck} --restart latest"
+            from relcp_mpi.driver.signals import signal_name
+            when = f"after step {sim.step}" if sim.steps_run else f"before the first step (step {sim.step})"
+            done = "checkpoint written to" if stop.path != sim.restarted_from else "the run's state is in checkpoint"
+            here = os.path.dirname(os.path.abspath(sim.deck.checkpoint_prefix))
+            again = "latest" if os.path.dirname(os.path.abspath(stop.path)) == here else stop.path
+            print(f"relcp-mpi: stopped by {signal_name(stop.signum)} {when} (t={sim.time:.6g}); {done} "
+                  f"{stop.path}; continue with: relcp-mpi run {args.deck} --restart {again}"
                   + (f" --output {args.output}" if args.output else ""), flush=True)
         return EXIT_SIGNAL
     except (CheckpointError, OutputError) as exc:   # a failed write is raised on every rank alike
@@ -463,6 +485,7 @@ def _run_relcp(comm, deck, text, args, restart, held):
 
 def _run_events(comm, deck, args):
     from relcp_mpi.config.deck import DeckError
+    from relcp_mpi.driver.signals import pending_signal, signal_name
     from relcp_mpi.events.deck import parse_event_deck, run_event_deck
     from relcp_mpi.io.writeguard import OutputError
     held = []
@@ -472,7 +495,7 @@ def _run_events(comm, deck, args):
         _refuse_or_clear(comm, deck, args.overwrite, restart_hint=False)
         path = os.path.join(deck["output"]["directory"], f"{deck['name']}_events.h5")
         try:
-            result = run_event_deck(deck, path, comm)
+            result = run_event_deck(deck, path, comm, should_stop=pending_signal)
         except DeckError as exc:
             _err(comm, exc)
             return EXIT_BAD_INPUT
@@ -484,6 +507,12 @@ def _run_events(comm, deck, args):
         return EXIT_BAD_INPUT
     finally:
         _release(held)
+    if result.stop_signal:
+        if comm.rank == 0:
+            print(f"relcp-mpi: stopped by {signal_name(result.stop_signal)} at t={float(result.t_final):.6g} after "
+                  f"{result.n_events} event(s); the certified prefix [0, t] is written to {path} (status "
+                  f"unresolved, reason stopped); an event-driven run cannot be continued: run it again", flush=True)
+        return EXIT_SIGNAL
     if comm.rank == 0:
         print(f"event-driven run '{deck['name']}': {getattr(result, 'status', result)}; written to {path}")
     return EXIT_OK

@@ -113,6 +113,7 @@ class Simulation:
         sim = cls(deck, deck_text, comm, state=state)
         sim.restarted_from = path
         sim.deck_changes = meta["deck_changes"]
+        sim.last_checkpoint, sim.last_checkpoint_step = path, sim.step      # the state at this step is in it
         return sim
 
     # ------------------------------------------------------------------------------------------------

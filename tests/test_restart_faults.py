@@ -180,3 +180,85 @@ def test_restart_with_changed_contact_model_refused(tmp_path):
     assert r.returncode == 2 and len(errs) == 1, r.stdout + r.stderr
     assert "time.steps (--steps) = 3, below the step 6 of checkpoint" in errs[0]
     assert snapshot(str(out)) == before
+
+
+# ------------------------------------------------------------------------------------------------
+# item 2: stop signals before the first step, and in the event-driven engine
+@pytest.mark.mpi
+def test_stop_before_first_step_writes_initial_checkpoint(shared_dir, hang_guard):
+    """A stop flag on one rank only, pending when the run starts: every rank stops before the first step;
+    a fresh run writes the checkpoint of its initial state (step 0, restartable); a restart, whose state is
+    already in the checkpoint it started from, writes nothing."""
+    import signal
+
+    from relcp_mpi import simulation as S
+    from relcp_mpi.io.checkpoint import verify_checkpoint
+    from tests.test_restart import pile_deck
+    d = os.path.join(shared_dir, "run")
+    sim = S.Simulation.from_deck(pile_deck(d, 5), comm=WORLD)
+    if WORLD.rank == WORLD.size - 1:
+        S._SIGNAL_FLAG["signum"] = int(signal.SIGUSR1)      # as the handler would
+    with pytest.raises(S.StopRequested) as ei:
+        sim.run()
+    ck0 = checkpoint_path(os.path.join(d, "pile_ckpt"), 0)
+    assert (ei.value.signum, ei.value.path, sim.step, sim.steps_run) == (signal.SIGUSR1, ck0, 0, 0)
+    assert S.pending_signal() == 0
+    WORLD.Barrier()
+    if WORLD.rank == 0:
+        assert verify_checkpoint(ck0)["step"] == 0
+    mtime = os.stat(ck0).st_mtime_ns
+    res = S.Simulation.from_checkpoint("latest", pile_deck(d, 5), "", WORLD)
+    if WORLD.rank == 0:
+        S._SIGNAL_FLAG["signum"] = int(signal.SIGTERM)
+    with pytest.raises(S.StopRequested) as ei:
+        res.run()
+    assert (ei.value.signum, ei.value.path, res.step) == (signal.SIGTERM, ck0, 0)
+    assert os.stat(ck0).st_mtime_ns == mtime                          # not rewritten
+    res = S.Simulation.from_checkpoint("latest", pile_deck(d, 2), "", WORLD)
+    res.run()
+    assert res.step == 2
+    WORLD.Barrier()
+
+
+def _gas():
+    import yaml
+
+    from relcp_mpi.events.deck import parse_event_deck
+    from tests.helpers import ROOT
+    with open(os.path.join(ROOT, "input_decks", "event_gas.yaml")) as fh:
+        deck = yaml.safe_load(fh)
+    kw = parse_event_deck(deck)
+    kw.pop("name")
+    return kw
+
+
+def _simulate(kw, **extra):
+    from relcp_mpi.events import simulate
+    kw = dict(kw)
+    return simulate(kw.pop("positions"), kw.pop("velocities"), kw.pop("masses"), kw.pop("radii"),
+                    kw.pop("restitution"), kw.pop("T"), **kw, **extra)
+
+
+@pytest.mark.mpi
+def test_event_driven_engine_honours_stop_on_any_rank():
+    """The event loop asks ``should_stop`` before every event; a request on one rank only stops every rank
+    before event k with reason 'stopped', and the certified prefix is exactly the first k events of the
+    uninterrupted run."""
+    import signal
+    comm = WORLD if WORLD.size > 1 else None
+    kw = _gas()
+    full = _simulate(kw, comm=comm)
+    assert full.status == "complete" and full.n_events > 6
+    k = 4
+    calls = [0]
+
+    def should_stop():          # this rank only: the last one
+        calls[0] += 1
+        return int(signal.SIGUSR1) if calls[0] > k and WORLD.rank == WORLD.size - 1 else 0
+
+    res = _simulate(kw, comm=comm, should_stop=should_stop)
+    assert (res.status, res.reason, res.stop_signal, res.n_events) == ("unresolved", "stopped",
+                                                                        int(signal.SIGUSR1), k)
+    assert res.t_final == full.events[k - 1].b
+    assert [(e.pair, e.a, e.b, e.E_after, e.v_plus) for e in res.events] == \
+        [(e.pair, e.a, e.b, e.E_after, e.v_plus) for e in full.events[:k]]
