@@ -262,3 +262,137 @@ def test_event_driven_engine_honours_stop_on_any_rank():
     assert res.t_final == full.events[k - 1].b
     assert [(e.pair, e.a, e.b, e.E_after, e.v_plus) for e in res.events] == \
         [(e.pair, e.a, e.b, e.E_after, e.v_plus) for e in full.events[:k]]
+
+
+def _descendants(pid):
+    """Pids of all processes below ``pid`` (Linux /proc)."""
+    children = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def _catches_stop_signals(pid):
+    """True if the process has handlers for SIGTERM and SIGUSR1 installed (SigCgt of /proc/<pid>/status)."""
+    import signal
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            mask = int(next(ln for ln in fh if ln.startswith("SigCgt:")).split()[1], 16)
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            cmd = fh.read()
+    except (OSError, StopIteration):
+        return False
+    return b"relcp_mpi" in cmd and all(mask >> (s - 1) & 1 for s in (signal.SIGTERM, signal.SIGUSR1))
+
+
+def _signal_during_startup(tmp_path, deck, n, how, delay, timeout=120):
+    """Launch ``python -m relcp_mpi run deck`` on n ranks, wait until every rank has its handlers (the
+    first thing the command does), wait ``delay`` s and signal: SIGUSR1 to mpirun, or SIGTERM to one rank.
+    Returns (returncode, stdout + stderr, output directory)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers import ROOT, clean_env, mpirun_path
+    out = tmp_path / f"out_{n}_{how}_{delay}"
+    proc = subprocess.Popen([mpirun_path(), "-n", str(n), sys.executable, "-m", "relcp_mpi", "run", deck,
+                             "--output", str(out)], env=clean_env(), cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        t0 = time.monotonic()
+        while True:
+            ranks = [p for p in _descendants(proc.pid) if _catches_stop_signals(p)]
+            if len(ranks) == n:
+                break
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() - t0 < 60, "the ranks did not start"
+            time.sleep(0.01)
+        time.sleep(delay)
+        if how == "usr1-to-mpirun":
+            os.kill(proc.pid, signal.SIGUSR1)
+        else:
+            os.kill(ranks[-1], signal.SIGTERM)
+        try:
+            o, e = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{n} ranks, {how} {delay} s after start-up: hang (> {timeout} s)")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return proc.returncode, o + e, out
+
+
+@serial_only
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc to see the ranks' handlers")
+@pytest.mark.parametrize("n", [2, 4])
+def test_stop_signal_during_startup_exits_3_with_message(tmp_path, n):
+    """SIGUSR1 to mpirun (forwarded to every rank) or SIGTERM to one rank only, 0 - 3.5 s after every rank
+    has started (MPI initialisation, deck, PETSc, set-up, or already stepping): status 3, one 'stopped by'
+    message, no traceback, no rank killed by the signal, no hang, the lock released; what was written is
+    consistent with the message (nothing, the step-0 checkpoint, or the checkpoint of step S)."""
+    from relcp_mpi.io.checkpoint import latest_checkpoint, verify_checkpoint
+    from tests.helpers import write_deck
+    raw = {"name": "sig", "time": {"dt": 0.01, "steps": 100000}, "box": {"lo": [-5, -5, -5], "hi": [5, 5, 5]},
+           "output": {"trajectory_every": 10, "checkpoint_every": 0, "progress_every": 0},
+           "bodies": [{"shape": "sphere", "radius": 1.0, "position": [0, 0, 0], "force": [1, 0, 0]},
+                      {"shape": "sphere", "radius": 1.0, "position": [2.1, 0, 0]}]}
+    deck = write_deck(tmp_path / "sig.yaml", raw)
+    phases = []
+    cases = [("usr1-to-mpirun", d) for d in (0.0, 0.2, 0.5, 1.0, 2.0, 3.5)] + \
+            [("term-to-one-rank", d) for d in (0.0, 0.5, 1.5)]
+    for how, delay in cases:
+        rc, text, out = _signal_during_startup(tmp_path, deck, n, how, delay)
+        what = f"{n} ranks, {how} after {delay} s:\n{text}"
+        sig = "SIGUSR1" if how.startswith("usr1") else "SIGTERM"
+        lines = [ln for ln in text.splitlines() if ln.startswith("relcp-mpi: stopped by")]
+        assert rc == 3 and len(lines) == 1 and sig in lines[0], what
+        assert "Traceback" not in text and "exited on signal" not in text and "error" not in text.lower(), what
+        assert not (out / "sig.lock").exists(), what
+        ck = latest_checkpoint(str(out / "sig_ckpt"))
+        if "during start-up" in lines[0]:
+            phases.append("start-up")
+            assert "nothing was written" in lines[0] and ck is None, what
+        else:
+            step = 0 if "before the first step" in lines[0] else int(lines[0].split("after step ")[1].split()[0])
+            phases.append("before step 1" if step == 0 else "stepping")
+            assert ck is not None and f"checkpoint written to {ck};" in lines[0], what
+            assert verify_checkpoint(ck)["step"] == step, what
+    print(f"{n} ranks: {list(zip(cases, phases))}")
+    assert "start-up" in phases, phases          # the signal did arrive during start-up (delay 0 at least)
+
+
+@serial_only
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc to see the ranks' handlers")
+def test_stop_signal_event_driven_engine(tmp_path):
+    """engine: event_driven on 2 ranks: a stop signal ends the run with status 3 and one message (during
+    start-up: nothing written; in the event loop: the certified prefix is written, reason 'stopped')."""
+    import h5py
+
+    from tests.helpers import ROOT
+    deck = os.path.join(ROOT, "input_decks", "event_gas.yaml")
+    for how, delay in (("usr1-to-mpirun", 0.0), ("usr1-to-mpirun", 0.8), ("term-to-one-rank", 0.4)):
+        rc, text, out = _signal_during_startup(tmp_path, deck, 2, how, delay)
+        what = f"{how} after {delay} s:\n{text}"
+        lines = [ln for ln in text.splitlines() if ln.startswith("relcp-mpi: stopped by")]
+        assert rc == 3 and len(lines) == 1, what
+        assert "Traceback" not in text and "exited on signal" not in text, what
+        result = out / "event_gas_events.h5"
+        if "during start-up" in lines[0]:
+            assert not result.exists(), what
+        else:
+            assert "certified prefix" in lines[0], what
+            with h5py.File(result, "r") as f:
+                assert (f.attrs["status"], f.attrs["reason"]) == ("unresolved", "stopped"), what
