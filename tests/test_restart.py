@@ -244,15 +244,21 @@ def test_incompatible_or_damaged_checkpoint_raises_on_every_rank(shared_dir, han
 
 @pytest.mark.mpi
 def test_signal_flag_on_one_rank_stops_all_ranks_with_checkpoint(shared_dir, hang_guard):
-    """The per-step agreement: a pending signal on one rank -> checkpoint + StopRequested on every rank."""
+    """The per-step agreement: a signal received on one rank during step 1 -> checkpoint at the end of the
+    step + StopRequested on every rank.  (A signal pending before the first step: tests/test_restart_faults.py.)"""
     from relcp_mpi import simulation as S
+    from relcp_mpi.driver.actions import Action
     d = os.path.join(shared_dir, "run")
     sim = S.Simulation(pile_deck(d, 50), "", WORLD)
     sim.check_initial_overlap()
-    if WORLD.rank == WORLD.size - 1:
-        S._SIGNAL_FLAG["signum"] = int(signal.SIGUSR1)      # as the handler would
+
+    class During(Action):        # runs after step 1 before SignalCheck, as a handler during the step would
+        def __call__(self, s):
+            if WORLD.rank == WORLD.size - 1 and s.step == 1:
+                S._SIGNAL_FLAG["signum"] = int(signal.SIGUSR1)
+
     with pytest.raises(S.StopRequested) as ei:
-        sim.run()
+        sim.run(writers=[During(every=1)] + sim.default_actions())
     assert ei.value.signum == signal.SIGUSR1 and sim.step == 1
     assert ei.value.path == checkpoint_path(os.path.join(d, "pile_ckpt"), 1)
     assert S.pending_signal() == 0
