@@ -98,7 +98,9 @@ def test_deck_change_verdicts_by_dotted_prefix():
     assert judge("fluid.viscosity")[0] == "refused"
     assert judge("bodies[3].radius")[0] == "fixed"
     assert judge("forces.body_force[2]")[0] == "fixed"
+    assert judge("box.periodic[0]")[0] == "fixed"
     assert judge("brownian.temperature")[0] == "refused"            # a key no table lists
+    assert judge("forces.shear_rate")[0] == "refused"               # a new key in a section with fixed keys
     assert judge("contact.model", ("contact",))[0] == "overridden"
     assert judge("contact.model_x", ("contact.model",))[0] == "refused"  # a prefix is a whole key
     assert judge("bodies[0].radius", ("bodies",))[0] == "fixed"

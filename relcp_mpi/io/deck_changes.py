@@ -6,7 +6,8 @@ the schema later is safe by default until it is listed as allowed):
 
 * ``fixed`` (:data:`FIXED`): never accepted -- the checkpoint's bodies carry these (shapes, per-body and
   deck-wide forces, growth rates) or the state lives in them (the box), so a change would be ignored or
-  would break the continuation;
+  would break the continuation.  Only the keys known to be baked in are fixed (``forces.body_force``, not
+  ``forces``): a key added to a section later is refused, not fixed;
 * ``refused`` (:data:`REFUSED`, and unknown keys): physics-defining -- the continued run would be a different
   physical system than the one checkpointed (viscosity, contact model, overlap tolerance, walls, growth,
   seed).  An expert may accept one with ``--allow-deck-change KEY`` (verdict ``overridden``);
@@ -26,14 +27,18 @@ import yaml
 
 from relcp_mpi.config.deck import DeckError, validate
 
+_BAKED = "is part of every body's external force in the checkpoint; a change would be ignored"
+_IN_BOX = "positions, periodic images and the decomposition of the checkpoint live in this box"
 FIXED = {
     "engine": "a checkpoint continues a relcp run only",
     "bodies": "the bodies (shapes, per-body force/torque/velocity, growth) come from the checkpoint; a change "
               "would be ignored",
     "generate": "the bodies come from the checkpoint; a change would be ignored",
-    "forces": "the deck-wide body force/torque is part of every body's external force in the checkpoint; a "
-              "change would be ignored",
-    "box": "positions, periodic images and the decomposition of the checkpoint live in this box",
+    "forces.body_force": "the deck-wide body force " + _BAKED,
+    "forces.body_torque": "the deck-wide body torque " + _BAKED,
+    "box.lo": _IN_BOX,
+    "box.hi": _IN_BOX,
+    "box.periodic": _IN_BOX,
 }
 REFUSED = {
     "seed": "it keys the run's random streams (division noise, ...)",
