@@ -20,7 +20,10 @@ newest valid ``<output.directory>/<name>_ckpt_<step>.h5``); the trajectory is th
 difference between the checkpoint's deck and the deck given is printed; the physics-defining ones are
 refused with exit 2 unless accepted with ``--allow-deck-change KEY`` (see :mod:`relcp_mpi.io.deck_changes`).
 SIGTERM or SIGUSR1 (to the rank processes; ``mpirun`` forwards SIGUSR1 but not SIGTERM) makes all ranks
-write a checkpoint at the end of the current step and exit with status 3.
+write a checkpoint at the end of the current step and exit with status 3.  The handlers are installed first
+thing (:func:`main`); a stop during start-up ends the job with status 3 at once (nothing written), one just
+before the first step writes the initial state's checkpoint; the ``event_driven`` engine stops before its
+next event and writes the certified prefix (status 3).
 
 Exit codes: 0 success, 2 bad input (deck, checkpoint, existing output; one message naming the key, value
 or file, printed once), 1 any other error (the job is aborted on all ranks with one message),
