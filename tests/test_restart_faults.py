@@ -96,6 +96,8 @@ def test_deck_change_verdicts_by_dotted_prefix():
     assert judge("contact.model")[0] == "refused"
     assert judge("contact.overlap_tol")[0] == "refused"
     assert judge("fluid.viscosity")[0] == "refused"
+    assert judge("fluid.kT")[0] == "refused" and judge("flow.rate")[0] == "refused"
+    assert judge("fluid.viscosity", ("fluid",))[0] == "overridden"
     assert judge("bodies[3].radius")[0] == "fixed"
     assert judge("forces.body_force[2]")[0] == "fixed"
     assert judge("box.periodic[0]")[0] == "fixed"

@@ -43,7 +43,9 @@ FIXED = {
 REFUSED = {
     "seed": "it keys the run's random streams (division noise, ...)",
     "walls": "walls are part of the physical system",
-    "fluid": "the viscosity sets the mobility, i.e. the dynamics",
+    "fluid.viscosity": "the viscosity sets the mobility, i.e. the dynamics",
+    "fluid.kT": "the thermal energy sets the Brownian motion",
+    "flow": "the imposed background flow is part of the physics",
     "contact.model": "the contact model defines the constraints",
     "contact.ms_resolution": "it defines the multi-sphere proxies' constraints",
     "contact.line_contacts": "it changes the constraint rows of line contacts",
