@@ -3,6 +3,7 @@
 Sub-commands::
 
     relcp-mpi run DECK.yaml [--steps N] [--output DIR] [--restart PATH|latest] [--overwrite]
+                            [--allow-deck-change KEY ...]
                             [--petsc "-opt val ..."] [--quiet]
     relcp-mpi validate DECK.yaml      check a deck (schema, body construction, initial overlaps) and
                                       print the normalised version
@@ -15,9 +16,14 @@ Sub-commands::
 ``run``: a fresh run refuses to start when its output directory already holds a trajectory or checkpoints
 of the deck's name (``--overwrite`` deletes them once the deck has been checked; ``--restart`` continues
 from them).  ``--restart`` (or the deck's ``output.restart``) takes a checkpoint path or ``latest`` (the
-newest valid ``<output.directory>/<name>_ckpt_<step>.h5``); the trajectory is then appended to.
+newest valid ``<output.directory>/<name>_ckpt_<step>.h5``); the trajectory is then appended to.  Every
+difference between the checkpoint's deck and the deck given is printed; the physics-defining ones are
+refused with exit 2 unless accepted with ``--allow-deck-change KEY`` (see :mod:`relcp_mpi.io.deck_changes`).
 SIGTERM or SIGUSR1 (to the rank processes; ``mpirun`` forwards SIGUSR1 but not SIGTERM) makes all ranks
-write a checkpoint at the end of the current step and exit with status 3.
+write a checkpoint at the end of the current step and exit with status 3.  The handlers are installed first
+thing (:func:`main`); a stop during start-up ends the job with status 3 at once (nothing written), one just
+before the first step writes the initial state's checkpoint; the ``event_driven`` engine stops before its
+next event and writes the certified prefix (status 3).
 
 Exit codes: 0 success, 2 bad input (deck, checkpoint, existing output; one message naming the key, value
 or file, printed once), 1 any other error (the job is aborted on all ranks with one message),
@@ -68,6 +74,9 @@ def _parser():
                         "output directory); overrides output.restart")
     r.add_argument("--overwrite", action="store_true",
                    help="allow a fresh run to replace the trajectory/checkpoints of an earlier run of the deck")
+    r.add_argument("--allow-deck-change", metavar="KEY", action="append", default=[],
+                   help="restart: accept a change of the physics-defining deck key KEY (dotted, e.g. "
+                        "contact.overlap_tol or fluid; repeatable) that a restart refuses otherwise")
     r.add_argument("--petsc", default="", help="PETSc options, e.g. \"-log_view\"")
     r.add_argument("--quiet", action="store_true", help="no progress lines")
     v = sub.add_parser("validate", help="validate a deck (schema, bodies, initial overlaps)")
@@ -112,7 +121,13 @@ def _named(exc, path):
 
 
 def main(argv=None):
+    from relcp_mpi.driver.signals import install_signal_handlers, restore_default_signal_handlers
+    # first thing, before MPI, PETSc or the deck: a stop signal from now on is a request (acted upon at the
+    # next point where the ranks agree), not the death of the rank
+    install_signal_handlers()
     args = _parser().parse_args(argv)
+    if args.command != "run":
+        restore_default_signal_handlers()        # the other commands never checkpoint
     if args.command == "validate":
         return _validate(args)
     if args.command == "info":
@@ -367,14 +382,14 @@ def _run(args):
     except DeckError as exc:
         _err(comm, exc)
         return EXIT_BAD_INPUT
+    if _stopped_during_startup(comm, restart):
+        return EXIT_SIGNAL
     from relcp_mpi.petsc import get_petsc
     get_petsc(args.petsc.split() + list(deck.solver.petsc_options))
+    if _stopped_during_startup(comm, restart):
+        return EXIT_SIGNAL
     if deck.engine == "event_driven":
         return _run_events(comm, deck, args)
-
-    from relcp_mpi.simulation import install_signal_handlers
-    # install before any heavy set-up: a signal from now on is acted upon at the end of the next step
-    install_signal_handlers()
     held = []                     # the run lock, once taken (rank 0): released however the run ends
     try:
         return _run_relcp(comm, deck, text, args, restart, held)
@@ -382,10 +397,49 @@ def _run(args):
         _release(held)
 
 
+def _stopped_during_startup(comm, restart):
+    """Collective: True (after rank 0 printed why) if any rank received SIGTERM/SIGUSR1 during start-up;
+    nothing has been written then (a restart's checkpoint is left as it is)."""
+    from relcp_mpi.driver.signals import agreed_stop_signal, clear_pending_signal, signal_name
+    signum = agreed_stop_signal(comm)
+    if not signum:
+        return False
+    clear_pending_signal()
+    if comm.rank == 0:
+        again = "start the run again" if restart is None else \
+            f"the checkpoint is unchanged: restart again with --restart {restart}"
+        print(f"relcp-mpi: stopped by {signal_name(signum)} during start-up, before the first step; nothing was "
+              f"written ({again})", flush=True)
+    return True
+
+
 def _release(held):
     for lock in held:
         lock.release()
     held.clear()
+
+
+def _report_deck_changes(comm, sim, args):
+    """Restart: print (rank 0) every accepted difference from the checkpoint's deck; refuse (InputError, on
+    every rank) a total step count below the checkpoint's step, which would run nothing."""
+    if sim.n_steps < sim.step:
+        t = sim.deck.time
+        how = (f"time.t_end = {t.t_end:g} with dt = {t.dt:g} gives {sim.n_steps} steps" if t.steps is None else
+               f"time.steps{' (--steps)' if args.steps is not None else ''} = {sim.n_steps}")
+        raise InputError(f"{how}, below the step {sim.step} of checkpoint {sim.restarted_from}: nothing to run "
+                         f"(the step count is the total, counted from step 0: pass --steps N with N > {sim.step} "
+                         f"to continue)")
+    if comm.rank != 0:
+        return
+    ch = sim.deck_changes
+    if ch:
+        print(f"relcp-mpi: the deck differs from the one of checkpoint {sim.restarted_from} in {len(ch)} "
+              f"key(s):\n" + "\n".join("  " + c.describe() for c in ch), flush=True)
+    from relcp_mpi.io.deck_changes import judge
+    for key in args.allow_deck_change:
+        if not any(c.key == key or c.key.startswith((key + ".", key + "[")) for c in ch):
+            note = "" if judge(key, (key,))[0] == "overridden" else f" (and {key} is not a refused key)"
+            print(f"relcp-mpi: note: --allow-deck-change {key}: the deck does not change it{note}", flush=True)
 
 
 def _run_relcp(comm, deck, text, args, restart, held):
@@ -397,7 +451,8 @@ def _run_relcp(comm, deck, text, args, restart, held):
     try:
         if restart is not None:
             held.extend(lk for lk in [_lock_output(comm, deck)] if lk is not None)
-            sim = Simulation.from_checkpoint(restart, deck, text, comm)
+            sim = Simulation.from_checkpoint(restart, deck, text, comm, allow_deck_changes=args.allow_deck_change)
+            _report_deck_changes(comm, sim, args)
         else:
             check_build_memory(comm, deck, args.deck)
             sim = Simulation(deck, text, comm)
@@ -418,13 +473,13 @@ def _run_relcp(comm, deck, text, args, restart, held):
         sim.run()
     except StopRequested as stop:
         if comm.rank == 0:
-            import signal as _signal
-            try:
-                name = _signal.Signals(stop.signum).name
-            except ValueError:
-                name = f"signal {stop.signum}"
-            print(f"relcp-mpi: stopped by {name} after step {sim.step} (t={sim.time:.6g}); checkpoint "
-                  f"written to {stop.path}; continue with: relcp-mpi run {args.deck} --restart latest"
+            from relcp_mpi.driver.signals import signal_name
+            when = f"after step {sim.step}" if sim.steps_run else f"before the first step (step {sim.step})"
+            done = "checkpoint written to" if stop.path != sim.restarted_from else "the run's state is in checkpoint"
+            here = os.path.dirname(os.path.abspath(sim.deck.checkpoint_prefix))
+            again = "latest" if os.path.dirname(os.path.abspath(stop.path)) == here else stop.path
+            print(f"relcp-mpi: stopped by {signal_name(stop.signum)} {when} (t={sim.time:.6g}); {done} "
+                  f"{stop.path}; continue with: relcp-mpi run {args.deck} --restart {again}"
                   + (f" --output {args.output}" if args.output else ""), flush=True)
         return EXIT_SIGNAL
     except (CheckpointError, OutputError) as exc:   # a failed write is raised on every rank alike
@@ -438,6 +493,7 @@ def _run_relcp(comm, deck, text, args, restart, held):
 
 def _run_events(comm, deck, args):
     from relcp_mpi.config.deck import DeckError
+    from relcp_mpi.driver.signals import pending_signal, signal_name
     from relcp_mpi.events.deck import event_deck, run_event_deck
     from relcp_mpi.io.writeguard import OutputError
     held = []
@@ -447,7 +503,7 @@ def _run_events(comm, deck, args):
         _refuse_or_clear(comm, deck, args.overwrite, restart_hint=False)
         path = os.path.join(deck.output.directory, f"{deck.name}_events.h5")
         try:
-            result = run_event_deck(deck, path, comm)
+            result = run_event_deck(deck, path, comm, should_stop=pending_signal)
         except DeckError as exc:
             _err(comm, exc)
             return EXIT_BAD_INPUT
@@ -459,6 +515,12 @@ def _run_events(comm, deck, args):
         return EXIT_BAD_INPUT
     finally:
         _release(held)
+    if result.stop_signal:
+        if comm.rank == 0:
+            print(f"relcp-mpi: stopped by {signal_name(result.stop_signal)} at t={float(result.t_final):.6g} after "
+                  f"{result.n_events} event(s); the certified prefix [0, t] is written to {path} (status "
+                  f"unresolved, reason stopped); an event-driven run cannot be continued: run it again", flush=True)
+        return EXIT_SIGNAL
     if comm.rank == 0:
         print(f"event-driven run '{deck.name}': {getattr(result, 'status', result)}; written to {path}")
     return EXIT_OK

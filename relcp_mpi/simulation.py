@@ -78,6 +78,7 @@ class Simulation:
         self.steps_run = 0
         self.wall_time = 0.0
         self.restarted_from = None
+        self.deck_changes = []          # differences from the checkpoint's deck accepted by from_checkpoint
         self.last_checkpoint = None
         self.last_checkpoint_step = None
 
@@ -95,20 +96,24 @@ class Simulation:
         return sim
 
     @classmethod
-    def from_checkpoint(cls, path, deck, deck_text="", comm=None):
+    def from_checkpoint(cls, path, deck, deck_text="", comm=None, allow_deck_changes=()):
         """Continue a run from a checkpoint (any rank count).  ``path`` may be 'latest' (the newest valid
         checkpoint ``<output.directory>/<name>_ckpt_<step>.h5``); ``deck`` as for :meth:`from_deck`.
 
         Raises :class:`relcp_mpi.io.checkpoint.CheckpointError` on every rank (message naming the file and
-        the problem) when the file is missing, damaged, or was written for an incompatible deck (different
-        bodies, generators, box or walls); nothing is written in that case.  On the rank count that wrote
-        the checkpoint the continued run is bitwise identical to an uninterrupted one."""
+        the problem) when the file is missing, damaged, or ``deck`` changes a key a restart must keep
+        (:mod:`relcp_mpi.io.deck_changes`: bodies, generators, box, forces; physics-defining keys such as
+        the contact model or the viscosity unless their dotted prefix is in ``allow_deck_changes``); nothing
+        is written in that case.  The accepted differences are in ``sim.deck_changes``.  On the rank count
+        that wrote the checkpoint the continued run is bitwise identical to an uninterrupted one."""
         if not deck_text:
             deck, deck_text = _deck_and_text(deck)
         comm = comm if comm is not None else MPI.COMM_WORLD
-        state, _, path = read_state(path, typed(deck), comm)
+        state, meta, path = read_state(path, typed(deck), comm, allow_deck_changes)
         sim = cls(deck, deck_text, comm, state=state)
         sim.restarted_from = path
+        sim.deck_changes = meta["deck_changes"]
+        sim.last_checkpoint, sim.last_checkpoint_step = path, sim.step      # the state at this step is in it
         return sim
 
     # ------------------------------------------------------------------------------------------------

@@ -228,7 +228,7 @@ def test_incompatible_or_damaged_checkpoint_raises_on_every_rank(shared_dir, han
         Simulation.from_checkpoint(ck, validate(raw), "", WORLD)
     raw = pile_raw(d, 6)
     raw["box"]["hi"] = [5, 2, 6]
-    with pytest.raises(CheckpointError, match=r"incompatible deck: key 'box\.hi"):
+    with pytest.raises(CheckpointError, match=r"(?s)a restart must keep: box\.hi\[2\] .*box\.hi\[2\]: 5 -> 6 \(fixed"):
         Simulation.from_checkpoint(ck, validate(raw), "", WORLD)
     with pytest.raises(CheckpointError, match="does not exist"):
         Simulation.from_checkpoint(ck + ".missing", pile_deck(d, 6), "", WORLD)
@@ -244,15 +244,21 @@ def test_incompatible_or_damaged_checkpoint_raises_on_every_rank(shared_dir, han
 
 @pytest.mark.mpi
 def test_signal_flag_on_one_rank_stops_all_ranks_with_checkpoint(shared_dir, hang_guard):
-    """The per-step agreement: a pending signal on one rank -> checkpoint + StopRequested on every rank."""
+    """The per-step agreement: a signal received on one rank during step 1 -> checkpoint at the end of the
+    step + StopRequested on every rank.  (A signal pending before the first step: tests/test_restart_faults.py.)"""
     from relcp_mpi import simulation as S
+    from relcp_mpi.driver.actions import Action
     d = os.path.join(shared_dir, "run")
     sim = S.Simulation(pile_deck(d, 50), "", WORLD)
     sim.check_initial_overlap()
-    if WORLD.rank == WORLD.size - 1:
-        S._SIGNAL_FLAG["signum"] = int(signal.SIGUSR1)      # as the handler would
+
+    class During(Action):        # runs after step 1 before SignalCheck, as a handler during the step would
+        def __call__(self, s):
+            if WORLD.rank == WORLD.size - 1 and s.step == 1:
+                S._SIGNAL_FLAG["signum"] = int(signal.SIGUSR1)
+
     with pytest.raises(S.StopRequested) as ei:
-        sim.run()
+        sim.run(writers=[During(every=1)] + sim.default_actions())
     assert ei.value.signum == signal.SIGUSR1 and sim.step == 1
     assert ei.value.path == checkpoint_path(os.path.join(d, "pile_ckpt"), 1)
     assert S.pending_signal() == 0
@@ -328,7 +334,7 @@ def test_signal_checkpoint_clean_exit_and_resume(tmp_path, how):
     ck = latest_checkpoint(str(out / "pile_ckpt"))
     assert ck is not None and ck in lines[0]
     step = verify_checkpoint(ck)["step"]
-    assert 1 <= step < 2000
+    assert 0 <= step < 2000           # 0: stopped before the first step (initial-state checkpoint)
     # resume and finish two steps later
     r, _ = run_cli(["run", deck, "--restart", "latest", "--steps", str(step + 2)], n=2)
     assert r.returncode == 0, (r.stdout, r.stderr)
@@ -380,7 +386,7 @@ def test_bad_checkpoints_rejected_exit_2_nothing_touched(tmp_path):
         (["run", deck, "--restart", corrupt], "corrupt.h5: whole-file checksum mismatch"),
         (["run", deck, "--restart", notckpt], "traj.h5: missing attribute"),
         (["run", other_deck, "--restart", ck],
-         "incompatible deck: key 'bodies[0].axes[0]' differs (checkpoint: 0.6, deck: 0.5)"),
+         "the deck changes key(s) a restart must keep: bodies[0].axes[0] "),
         (["run", deck, "--restart", "latest", "--output", str(bad)], "no valid checkpoint"),
     ]
     before = snapshot(str(tmp_path))

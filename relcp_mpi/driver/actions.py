@@ -110,11 +110,16 @@ class Checkpoint(Action):
 
 
 class SignalCheck(Action):
-    """After every step: did any rank receive SIGTERM/SIGUSR1?  (one allreduce; all ranks agree.)  If so,
-    write a checkpoint (unless one was just written at this step) and raise :class:`StopRequested`."""
+    """Before the first step and after every step: did any rank receive SIGTERM/SIGUSR1?  (one allreduce;
+    all ranks agree.)  If so, write a checkpoint (unless the run's state at this step is already in one: just
+    written, or the checkpoint a restart started from) and raise :class:`StopRequested`.  Before the first
+    step of a fresh run that is the checkpoint of the initial state."""
 
     def __init__(self):
         super().__init__(every=1)
+
+    def start(self, sim, end):
+        self(sim)
 
     def __call__(self, sim):
         signum = int(sim.comm.allreduce(pending_signal(), op=MPI.MAX))

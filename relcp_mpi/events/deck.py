@@ -184,14 +184,15 @@ def _fill_h5(f, res, name):
         gp.create_dataset("bracket", data=np.array([float(res.pending.a), float(res.pending.b)]))
 
 
-def run_event_deck(deck, output_path, comm=None):
+def run_event_deck(deck, output_path, comm=None, should_stop=None):
     """Validate and run an ``engine: event_driven`` deck, write the result to ``output_path`` (HDF5, rank 0
     only, atomically; a write failure raises OutputError on every rank) and return the
-    :class:`~relcp_mpi.events.simulator.EventResult` (identical on every rank).  ``comm``: optional mpi4py communicator splitting the pair inspection."""
+    :class:`~relcp_mpi.events.simulator.EventResult` (identical on every rank).  ``comm``: optional mpi4py communicator splitting the pair inspection; ``should_stop``: see
+    :func:`~relcp_mpi.events.simulator.simulate` (a stopped run writes its certified prefix)."""
     kw = parse_event_deck(deck)
     name = kw.pop("name")
     res = simulate(kw.pop("positions"), kw.pop("velocities"), kw.pop("masses"), kw.pop("radii"),
-                   kw.pop("restitution"), kw.pop("T"), comm=comm, **kw)
+                   kw.pop("restitution"), kw.pop("T"), comm=comm, should_stop=should_stop, **kw)
     rank = comm.Get_rank() if comm is not None else 0
     err = None
     if rank == 0 and output_path is not None:

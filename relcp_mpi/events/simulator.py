@@ -16,8 +16,10 @@
     complete (endpoint reset included)
 
 Reason codes of ``unresolved``: ``grazing``, ``simultaneous``, ``ambiguous``, ``budget``, ``event_count``,
-``separation``, ``endpoint_undecided``, ``ledger_tolerance``.  An unresolved result carries the certified
-prefix: the segments and events accepted so far, ending at the last reported reset time ``t_final``.
+``separation``, ``endpoint_undecided``, ``ledger_tolerance``, ``stopped`` (``should_stop()`` returned a
+signal number on some rank, e.g. SIGTERM/SIGUSR1: checked before every event, all ranks agree).  An
+unresolved result carries the certified prefix: the segments and events accepted so far, ending at the last
+reported reset time ``t_final``.
 
 Everything is exact rational arithmetic (reported states are Fractions); floats appear only in output.
 The result does not depend on the number of MPI ranks: each rank scans a contiguous slice of the
@@ -38,6 +40,7 @@ from .provider import (AMBIGUOUS, BUDGET, ENDPOINT, EVENT_COUNT, LEDGER, SEPARAT
 __all__ = ["Segment", "Event", "EventResult", "simulate", "COMPLETE", "UNRESOLVED"]
 
 COMPLETE, UNRESOLVED = "complete", "unresolved"
+STOPPED = "stopped"
 POLICIES = ENDPOINT_POLICIES
 
 
@@ -92,6 +95,7 @@ class EventResult:
     certificates: list
     pending: Optional[Event] = None
     params: dict = field(default_factory=dict)
+    stop_signal: int = 0           # the signal number that stopped the run (reason 'stopped'), else 0
 
     @property
     def n_events(self):
@@ -159,7 +163,7 @@ def _vecs(x, name, P=None, d=None):
 
 def simulate(positions, velocities, masses, radii, restitution, T, *, eps_time, eps_guard, delta, n_evt,
              budget, endpoint_policy="include", field=None, round_bits=None, ledger_tol=None, bits=64, grid_bits=None,
-             max_refine=200, comm=None):
+             max_refine=200, comm=None, should_stop=None):
     """Certified event-driven simulation (see the module docstring).
 
     positions, velocities: P vectors of length d (exact numbers: int, Fraction, "p/q", decimal strings;
@@ -170,7 +174,9 @@ def simulate(positions, velocities, masses, radii, restitution, T, *, eps_time, 
     round_bits: round every reported post-reset state to the grid 2**-round_bits (bound added to eps_R);
     ledger_tol: optional bound on the ledger E; bits: precision of rational sqrt/exp bounds; grid_bits:
     minimum bits of the dyadic bracket grid (finer brackets keep the ledger small; default from eps_time);
-    comm: optional mpi4py communicator to split the pair inspection.  Returns an :class:`EventResult`."""
+    comm: optional mpi4py communicator to split the pair inspection; should_stop: optional callable returning
+    a nonzero signal number when the run must stop (checked before every event on every rank; the ranks
+    agree through the event loop's allgather).  Returns an :class:`EventResult`."""
     q = _vecs(positions, "positions")
     P = len(q)
     if P < 2:
@@ -257,10 +263,18 @@ def simulate(positions, velocities, masses, radii, restitution, T, *, eps_time, 
         eta_seg = prov.eta(E, S + w_prev)
         c = round_up_rel(SQRT2_UP * eta_seg, bits) if eta_seg else Fraction(0)
         local = _top2(prov.scan(q, v, c, s_min, S, my_range, skip=last))
+        stop = int(should_stop()) if should_stop is not None else 0
         if comm is not None:
-            gathered = [dz for part in comm.allgather(local) for dz in part]
+            parts = comm.allgather((local, stop))
+            gathered = [dz for part, _ in parts for dz in part]
+            stop = max(s for _, s in parts)
         else:
             gathered = local
+        if stop:
+            res = finish(UNRESOLVED, STOPPED, f"stopped by signal {stop} at t = {t} ({float(t):.6g}) before "
+                                              f"event {j}: the certified prefix ends there")
+            res.stop_signal = stop
+            return res
         seg_cert = {"t0": t, "eta_seg": eta_seg, "c": c, "window": (t + s_min, T)}
         if last is not None:
             sd, scert = prov.certify_start(q, v, last, c, s_min, S, grid)

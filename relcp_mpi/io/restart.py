@@ -4,24 +4,23 @@ The checkpoint file format is :mod:`relcp_mpi.io.checkpoint`; this module decide
 :class:`relcp_mpi.state.RunState` goes into it and how a state is rebuilt from it on any number of ranks:
 
 * bodies, the warm-start table (multiplier and hint normal per constraint row), step, time, dt, next gid,
-  the skin, the number of rebalances, the step policy's state, the Lees--Edwards image offset of a shear flow
+  the skin, the number of rebalances and the imbalance measured at the last rebalance check (a per-step
+  diagnostic), the step policy's state, the Lees--Edwards image offset of a shear flow
   (``shear_offset`` [L]; a restart continues the sliding images where they were);
 * what a restart on the same rank count needs to continue bit for bit: the ownership of the bodies during the
   last step (``row_starts``; with the bodies' ``row`` it gives each body's rank) and, for RCB, the
   decomposition tree.  On another rank count the decomposition is rebuilt and the run agrees to solver
   tolerance.
 """
-import copy
 import os
 
 import numpy as np
-import yaml
 from mpi4py import MPI
 
 from relcp_mpi.bodies.store import BodyStore
-from relcp_mpi.config.deck import DeckError, validate
 from relcp_mpi.io.checkpoint import (CheckpointError, check_compatible, checkpoint_path, latest_checkpoint,
                                      read_checkpoint, write_checkpoint)
+from relcp_mpi.io.deck_changes import deck_changes, deck_overrides, effective_stored_deck, refused
 from relcp_mpi.parallel import decomposition as pdecomp
 from relcp_mpi.parallel.errors import collective_guard
 from relcp_mpi.parallel.exchange import exchange_rows
@@ -43,34 +42,23 @@ def write_state(st, deck, deck_text, comm):
                 "hint_x": vals[:, 1], "hint_y": vals[:, 2], "hint_z": vals[:, 3]}
     meta = {"step": int(st.step), "time": float(st.time), "dt": float(st.dt),
             "deck": deck_text if deck_text else deck.raw,
+            "deck_overrides": deck_overrides(deck_text, deck.raw),
             "seed": int(deck.seed), "next_gid": int(st.next_gid), "n_steps": deck.time.n_steps,
             "decomposition": deck.parallel.decomposition, "n_bodies": int(st.n_global),
             "skin": float(st.skin), "n_rebalances": int(st.n_rebalances),
             "step_policy": {"level": int(st.policy["level"]), "ok": int(st.policy["ok"])}}
     if deck.flow is not None and deck.flow.type == "shear":
         meta["shear_offset"] = float(st.shear_offset)
+    if st.imbalance is not None:
+        # the RCB imbalance of the last rebalance check is a diagnostic of every step until the next check:
+        # without it a restarted run's diagnostics rows would lack it until then
+        meta["imbalance"] = float(st.imbalance)
     if st.row_starts is not None and len(st.row_starts) == comm.size + 1:
         meta["row_starts"] = np.asarray(st.row_starts, dtype=np.int64)
     if isinstance(st.decomp, pdecomp.RCBDecomposition):
         meta["rcb"] = st.decomp.to_dict()
     path = checkpoint_path(deck.checkpoint_prefix, st.step)
     return write_checkpoint(path, comm, st.bodies, meta, warm, keep=deck.output.keep_checkpoints)
-
-
-def _normalised_deck(d):
-    """A stored deck (YAML text or dict) in normalised form (defaults filled); the raw mapping if it does not
-    validate (e.g. written by another version)."""
-    if isinstance(d, str):
-        try:
-            d = yaml.safe_load(d)
-        except yaml.YAMLError:
-            return d            # check_compatible reports it
-    if not isinstance(d, dict):
-        return d
-    try:
-        return validate(copy.deepcopy(d))
-    except DeckError:
-        return d
 
 
 def resolve_checkpoint(path, deck, comm):
@@ -85,20 +73,42 @@ def resolve_checkpoint(path, deck, comm):
     return found
 
 
-def read_state(path, deck, comm):
+def check_deck_changes(meta, deck, path, allow=()):
+    """Every difference between the deck the checkpoint's run used and the typed ``deck``
+    (:mod:`relcp_mpi.io.deck_changes`); raises :class:`CheckpointError` naming each refused key (old -> new,
+    why) and listing the other differences, else returns the list of :class:`DeckChange` (allowed or
+    overridden).  ``allow``: dotted prefixes accepted by the user (``--allow-deck-change``)."""
+    if meta.get("deck") is None:
+        raise CheckpointError(f"checkpoint {path}: checkpoint holds no deck; cannot check compatibility")
+    # normalised form (defaults filled) with the stored command-line overrides, so a checkpoint written
+    # from a dict matches the same deck given as text and --steps/--output of the first run are no change
+    changes = deck_changes(effective_stored_deck(meta), deck.raw, allow)
+    bad = refused(changes)
+    if bad:
+        others = [c for c in changes if c not in bad]
+        keys = ", ".join(c.key for c in bad[:8]) + (f", ... ({len(bad)} keys)" if len(bad) > 8 else "")
+        lines = [c.describe() for c in bad[:20]] + ([f"... and {len(bad) - 20} more"] if len(bad) > 20 else [])
+        lines += [c.describe() for c in others]
+        hint = "" if all(c.verdict == "fixed" for c in bad) else \
+            "; --allow-deck-change KEY accepts a refused (not a fixed) key"
+        raise CheckpointError(f"checkpoint {path}: the deck changes key(s) a restart must keep: {keys} (restart "
+                              f"with the deck the checkpoint was written for{hint}):\n  - " + "\n  - ".join(lines))
+    # the body count of an explicit body list (the deck may have been given without text)
+    check_compatible(meta, deck.raw, keys=(), path=f"checkpoint {path}")
+    return changes
+
+
+def read_state(path, deck, comm, allow_deck_changes=()):
     """Rebuild the run state from a checkpoint for a typed deck (:class:`relcp_mpi.config.sections.Deck`) (collective, any rank count).
 
-    ``path`` may be 'latest'.  Returns ``(state, meta, path)``.  Raises :class:`CheckpointError` on every
-    rank (message naming the file and the problem) when the file is missing, damaged, or was written for an
-    incompatible deck (different bodies, generators, box or walls)."""
+    ``path`` may be 'latest'.  Returns ``(state, meta, path)``; ``meta['deck_changes']`` lists the accepted
+    differences between the checkpoint's deck and ``deck`` (:func:`check_deck_changes`).  Raises
+    :class:`CheckpointError` on every rank (message naming the file and the problem) when the file is
+    missing, damaged, or the deck changes a key a restart must keep (bodies, generators, box, forces; the
+    physics-defining keys unless listed in ``allow_deck_changes``)."""
     path = resolve_checkpoint(path, deck, comm)
     bodies, meta, warm = read_checkpoint(path, comm)
-    # compare the deck entries that must not change (bodies, generators, box, walls) in normalised form
-    # (defaults filled), so a checkpoint written from a dict matches the same deck given as text
-    m = dict(meta)
-    if m.get("deck") is not None:
-        m["deck"] = _normalised_deck(m["deck"])
-    check_compatible(m, deck.raw, path=f"checkpoint {path}")
+    meta["deck_changes"] = check_deck_changes(meta, deck, path, allow_deck_changes)
 
     box = box_of(deck)
     offset = _shear_offset(meta, box)
@@ -138,6 +148,8 @@ def read_state(path, deck, comm):
     else:
         st.skin = initial_skin(deck, st.rmax)
     st.n_rebalances = int(meta.get("n_rebalances", 0))
+    if meta.get("imbalance") is not None:
+        st.imbalance = float(meta["imbalance"])
     pol = meta.get("step_policy")
     if isinstance(pol, dict):
         st.policy = {"level": int(pol.get("level", 0)), "ok": int(pol.get("ok", 0))}
