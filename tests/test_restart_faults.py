@@ -114,6 +114,28 @@ def test_deck_change_verdicts_by_dotted_prefix():
     assert got == {"time.dt": (0.1, 0.05, "allowed"), "contact.model": ("relcp", "snsd", "refused")}
 
 
+def test_deck_of_an_older_version_compares_by_its_keys():
+    """A checkpoint written by an earlier version stores a deck without the keys added since (and possibly one the
+    current checks refuse, here t_end / dt beyond the step limit): keys it lacks compare equal to the new
+    defaults, keys it has are still compared, and a key it has that the schema no longer knows is reported."""
+    import yaml
+    from relcp_mpi.io.deck_changes import deck_changes, effective_stored_deck, refused
+    old_text = yaml.safe_dump({"name": "old", "time": {"dt": 0.05, "t_end": 1.0e9}, "fluid": {"viscosity": 1.0},
+                               "bodies": [{"shape": "sphere", "radius": 1.0, "position": [0, 0, 0]}]})
+    new = validate({"name": "old", "time": {"dt": 0.05, "steps": 10},
+                    "bodies": [{"shape": "sphere", "radius": 1.0, "position": [0, 0, 0]}]})
+    got = {c.key: c.verdict for c in deck_changes(effective_stored_deck({"deck": old_text}), new)}
+    # (values the validation derives, e.g. solver.tol from overlap_tol, show up as allowed differences)
+    assert got["time.t_end"] == got["time.steps"] == "allowed" and set(got.values()) == {"allowed"}
+    assert not any(k.startswith(("fluid", "flow", "forces", "bodies")) for k in got)
+    viscous = validate({"name": "old", "time": {"dt": 0.05, "steps": 10}, "fluid": {"viscosity": 2.0},
+                        "bodies": [{"shape": "sphere", "radius": 1.0, "position": [0, 0, 0]}]})
+    assert [c.key for c in refused(deck_changes(effective_stored_deck({"deck": old_text}), viscous))] \
+        == ["fluid.viscosity"]
+    moved = yaml.safe_dump({**yaml.safe_load(old_text), "fluid": {"viscosity": 1.0, "body_force": [0, 0, -1]}})
+    assert "fluid.body_force" in {c.key for c in refused(deck_changes(effective_stored_deck({"deck": moved}), new))}
+
+
 def _two_sphere_deck(tmp_path, name="dc", model="relcp", dt=0.1, steps=4):
     from tests.helpers import write_deck
     raw = {"name": name, "time": {"dt": dt, "steps": steps}, "box": {"lo": [-5, -5, -5], "hi": [5, 5, 5]},

@@ -49,6 +49,7 @@ Top-level sections (defaults in ``SCHEMA``)::
 
 Units are the user's (consistent) units: lengths L, times T, viscosity mu; forces F = mu L^2 / T.
 """
+import copy
 import math
 import os
 
@@ -336,6 +337,26 @@ def _type_ok(kind, v):
     if kind == BOOL:
         return isinstance(v, bool)
     return True
+
+
+def fill_defaults(raw):
+    """A copy of the deck mapping ``raw`` with every key the schema knows and ``raw`` lacks (or sets to null) filled
+    with its default, without checking anything; unknown keys are kept as they are.  For comparing a deck
+    stored by another version (which may not validate any more) with a validated one: keys added since then
+    compare equal when the new deck uses their default."""
+    def fill(schema, data):
+        out = dict(data) if isinstance(data, dict) else {}
+        for key, spec in schema.items():
+            if isinstance(spec, dict):
+                out[key] = fill(spec, out.get(key))
+            elif out.get(key) is None:
+                out[key] = copy.deepcopy(spec[1])
+        return out
+    out = fill(SCHEMA, raw if isinstance(raw, dict) else {})
+    for section, keys in (("bodies", BODY_KEYS), ("generate", GENERATOR_KEYS)):
+        if isinstance(out.get(section), list):
+            out[section] = [fill(keys, b) if isinstance(b, dict) else b for b in out[section]]
+    return out
 
 
 def _apply(schema, data, path, problems):

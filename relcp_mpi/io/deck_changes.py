@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from relcp_mpi.config.deck import DeckError, validate
+from relcp_mpi.config.deck import DeckError, fill_defaults, validate
 
 _BAKED = "is part of every body's external force in the checkpoint; a change would be ignored"
 _IN_BOX = "positions, periodic images and the decomposition of the checkpoint live in this box"
@@ -141,12 +141,13 @@ def _normalised_text(text):
     try:
         return validate(d)
     except DeckError:
-        return d
+        return fill_defaults(d)
 
 
 def normalised_deck(d):
-    """A stored deck (YAML text or mapping) in normalised form (defaults filled), as a new object; the raw
-    mapping if it does not validate (e.g. written by another version)."""
+    """A stored deck (YAML text or mapping) in normalised form (defaults filled), as a new object; if it does not
+    validate (e.g. written by another version), the mapping with the defaults of keys it lacks filled in
+    (:func:`~relcp_mpi.config.deck.fill_defaults`: keys added since then are not reported as changes)."""
     if isinstance(d, str):
         return copy.deepcopy(_normalised_text(d))
     if not isinstance(d, dict):
@@ -154,7 +155,7 @@ def normalised_deck(d):
     try:
         return validate(copy.deepcopy(d))
     except DeckError:
-        return d
+        return fill_defaults(copy.deepcopy(d))
 
 
 def deck_overrides(deck_text, effective):
