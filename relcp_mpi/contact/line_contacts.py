@@ -39,27 +39,28 @@ N_PAIR_SLOTS = 5          # sub-contact numbers 0..4 are level-0 slots of a body
 N_WALL_SLOTS = 4          # 0..1 for a rod against a wall, 0..3 for a ring
 
 
-def _axis_half(kind, shape, Q):
-    """Unit axes (m, 3) and half lengths h = L/2 (m,) of spherocylinders given their quaternions."""
-    a = quaternion.to_matrix(Q)[:, :, 2]
+def _axis_half(kind, shape, Q, R=None):
+    """Unit axes (m, 3) and half lengths h = L/2 (m,) of spherocylinders given their quaternions (or their
+    rotation matrices R (m, 3, 3) when given)."""
+    a = (quaternion.to_matrix(Q) if R is None else R)[:, :, 2]
     return a, 0.5 * shape[:, 1]
 
 
-def rod_pair_end_rows(kind, shape, X, Q, ia, ib, geo, skin, dup_tol=1e-12):
+def rod_pair_end_rows(kind, shape, X, Q, ia, ib, geo, skin, dup_tol=1e-12, R=None):
     """End-point rows of rod-rod pairs (see module docstring).
 
     kind (m,), shape (m, 3), X (m, 3), Q (m, 4): combined body arrays; ``ia``, ``ib`` (p,) the pairs that have
     an SNSD row ``geo`` (ContactGeometry of length p).  Returns ``(pair (r,), sub (r,), ContactGeometry (r))``:
     for each extra row the index into the pair list, its slot (1..4) and its geometry (normal from j to i,
-    witness points on the two surfaces, sep [L]).
+    witness points on the two surfaces, sep [L]).  ``R`` (m, 3, 3): optional rotation matrices of ``Q``.
     """
     rods = np.flatnonzero((kind[ia] == SPHEROCYLINDER) & (kind[ib] == SPHEROCYLINDER)
                           & (shape[ia, 1] > 0) & (shape[ib, 1] > 0))
     if len(rods) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), _empty()
     i, j = ia[rods], ib[rods]
-    a_i, h_i = _axis_half(kind[i], shape[i], Q[i])
-    a_j, h_j = _axis_half(kind[j], shape[j], Q[j])
+    a_i, h_i = _axis_half(kind[i], shape[i], Q[i], None if R is None else R[i])
+    a_j, h_j = _axis_half(kind[j], shape[j], Q[j], None if R is None else R[j])
     R_i, R_j = shape[i, 0], shape[j, 0]
     zero = np.zeros(len(rods))
     parts = []
@@ -84,18 +85,19 @@ def rod_pair_end_rows(kind, shape, X, Q, ia, ib, geo, skin, dup_tol=1e-12):
     return pair[keep], sub[keep].astype(np.int64), g
 
 
-def rod_wall_cap_rows(kind, shape, X, Q, wb, ww, wall_points, wall_normals, skin):
+def rod_wall_cap_rows(kind, shape, X, Q, wb, ww, wall_points, wall_normals, skin, R=None):
     """End-cap rows of rods against walls (see module docstring).
 
     ``wb`` (w,) body indices, ``ww`` (w,) wall indices of the candidate rod-wall pairs (only rods with L > 0 are
     used).  Returns ``(cand (r,), sub (r,), ContactGeometry (r))``: index into the candidate list, slot (0 for
     the cap at -h, 1 at +h) and geometry (normal = wall normal, p_j = projection of p_i on the plane).
+    ``R`` (m, 3, 3): optional rotation matrices of ``Q``.
     """
     rods = np.flatnonzero((kind[wb] == SPHEROCYLINDER) & (shape[wb, 1] > 0))
     if len(rods) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), _empty()
     b = wb[rods]
-    a, h = _axis_half(kind[b], shape[b], Q[b])
+    a, h = _axis_half(kind[b], shape[b], Q[b], None if R is None else R[b])
     n = wall_normals[ww[rods]]
     w = wall_points[ww[rods]]
     centres = [(slot, X[b] + (sgn * h)[:, None] * a) for slot, sgn in ((0, -1.0), (1, 1.0))]

@@ -17,12 +17,16 @@ import numpy as np
 
 from relcp_mpi.bodies.shapes import ELLIPSOID, RING, SPHERE, SPHEROCYLINDER
 from relcp_mpi.basics import quaternion
+from relcp_mpi.basics.rows import norm_rows
 
 __all__ = ["support", "separation_lower_bound"]
 
 
-def support(kind, shape, q, u):
-    """Support values h(u) of m bodies.  kind (m,), shape (m, 3), q (m, 4), u (m, 3) unit -> (m,) [L]."""
+def support(kind, shape, q, u, R=None):
+    """Support values h(u) of m bodies.  kind (m,), shape (m, 3), q (m, 4), u (m, 3) unit -> (m,) [L].
+
+    ``R`` (m, 3, 3): optional rotation matrices of ``q`` (``quaternion.to_matrix(q)``), when the caller has
+    them already; the result is the same to the last bit."""
     kind = np.asarray(kind)
     shape = np.asarray(shape, dtype=float)
     u = np.asarray(u, dtype=float)
@@ -32,41 +36,63 @@ def support(kind, shape, q, u):
     other = ~sph
     if not np.any(other):
         return h
-    Rm = quaternion.to_matrix(np.asarray(q, dtype=float)[other])        # (k, 3, 3) body -> lab
-    ub = np.einsum("kji,kj->ki", Rm, u[other])                           # u in body coordinates
-    k, s = kind[other], shape[other]
-    az = np.abs(ub[:, 2])
-    ho = np.zeros(len(k))
-    c = k == SPHEROCYLINDER
-    ho[c] = s[c, 0] + 0.5 * s[c, 1] * az[c]
+    every = bool(other.all())            # one kind of non-sphere body (the common case): no masked copies
+    if R is None:
+        Rm = quaternion.to_matrix(np.asarray(q, dtype=float) if every else np.asarray(q, dtype=float)[other])
+    else:
+        Rm = np.asarray(R, dtype=float) if every else np.asarray(R, dtype=float)[other]
+    uo = u if every else u[other]
+    k, s = (kind, shape) if every else (kind[other], shape[other])
     e = k == ELLIPSOID
-    ho[e] = np.linalg.norm(s[e] * ub[e], axis=1)
-    r = k == RING
-    ho[r] = s[r, 0] * np.sqrt(np.maximum(0.0, 1.0 - az[r] ** 2)) + s[r, 1]
+    if np.any(e):
+        ub = np.einsum("kji,kj->ki", np.ascontiguousarray(Rm), uo)          # u in body coordinates
+        az = np.abs(ub[:, 2])
+    else:
+        # only the axis component is needed: the einsum's own sum order (p0 + p1) + p2, bit for bit
+        az = Rm[:, 0, 2] * uo[:, 0]
+        az += Rm[:, 1, 2] * uo[:, 1]
+        az += Rm[:, 2, 2] * uo[:, 2]
+        np.abs(az, out=az)
+    c = k == SPHEROCYLINDER
+    if c.all():
+        ho = s[:, 0] + 0.5 * s[:, 1] * az
+    else:
+        ho = np.zeros(len(k))
+        ho[c] = s[c, 0] + 0.5 * s[c, 1] * az[c]
+        ho[e] = np.linalg.norm(s[e] * ub[e], axis=1)
+        r = k == RING
+        ho[r] = s[r, 0] * np.sqrt(np.maximum(0.0, 1.0 - az[r] ** 2)) + s[r, 1]
+    if every:
+        return ho
     h[other] = ho
     return h
 
 
-def separation_lower_bound(kind_i, shape_i, x_i, q_i, kind_j, shape_j, x_j, q_j, hint=None):
+def separation_lower_bound(kind_i, shape_i, x_i, q_i, kind_j, shape_j, x_j, q_j, hint=None, R_i=None, R_j=None):
     """Certified lower bound (m,) on the signed separation of m pairs [L].
 
     Uses the line of centres and, where given and finite, the ``hint`` directions (m, 3) (previous normals,
     from j towards i); returns the larger bound.  All bodies are centrally symmetric, so h(-u) = h(u).
-    Coincident centres without a hint give -inf (no information)."""
+    Coincident centres without a hint give -inf (no information).  ``R_i``, ``R_j`` (m, 3, 3): optional
+    rotation matrices of ``q_i``, ``q_j`` (see :func:`support`)."""
     d = np.asarray(x_i, dtype=float) - np.asarray(x_j, dtype=float)
-    dist = np.linalg.norm(d, axis=1)
+    dist = norm_rows(d)
     ok = dist > 0
-    u = np.where(ok[:, None], d / np.where(ok, dist, 1.0)[:, None], np.array([0.0, 0.0, 1.0]))
-    lb = dist - support(kind_i, shape_i, q_i, u) - support(kind_j, shape_j, q_j, u)
+    if ok.all():
+        u = d / dist[:, None]
+    else:
+        u = np.where(ok[:, None], d / np.where(ok, dist, 1.0)[:, None], np.array([0.0, 0.0, 1.0]))
+    lb = dist - support(kind_i, shape_i, q_i, u, R_i) - support(kind_j, shape_j, q_j, u, R_j)
     lb[~ok] = -np.inf
     if hint is not None:
         h = np.asarray(hint, dtype=float)
-        hn = np.linalg.norm(h, axis=1)
+        hn = norm_rows(h)
         good = np.isfinite(hn) & (hn > 0)
         if np.any(good):
-            v = h[good] / hn[good, None]
-            lb_h = np.einsum("ij,ij->i", v, d[good]) \
-                - support(np.asarray(kind_i)[good], np.asarray(shape_i)[good], np.asarray(q_i)[good], v) \
-                - support(np.asarray(kind_j)[good], np.asarray(shape_j)[good], np.asarray(q_j)[good], v)
+            sub = (lambda a: a) if good.all() else (lambda a: None if a is None else np.asarray(a)[good])
+            v = sub(h) / sub(hn)[:, None]
+            lb_h = np.einsum("ij,ij->i", v, sub(d)) \
+                - support(sub(np.asarray(kind_i)), sub(np.asarray(shape_i)), sub(np.asarray(q_i)), v, sub(R_i)) \
+                - support(sub(np.asarray(kind_j)), sub(np.asarray(shape_j)), sub(np.asarray(q_j)), v, sub(R_j))
             lb[good] = np.maximum(lb[good], lb_h)
     return lb
