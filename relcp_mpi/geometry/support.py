@@ -19,7 +19,7 @@ from relcp_mpi.bodies.shapes import ELLIPSOID, RING, SPHERE, SPHEROCYLINDER
 from relcp_mpi.basics import quaternion
 from relcp_mpi.basics.rows import norm_rows
 
-__all__ = ["support", "separation_lower_bound"]
+__all__ = ["support", "separation_lower_bound", "pair_lower_bound"]
 
 
 def support(kind, shape, q, u, R=None):
@@ -92,7 +92,62 @@ def separation_lower_bound(kind_i, shape_i, x_i, q_i, kind_j, shape_j, x_j, q_j,
             sub = (lambda a: a) if good.all() else (lambda a: None if a is None else np.asarray(a)[good])
             v = sub(h) / sub(hn)[:, None]
             lb_h = np.einsum("ij,ij->i", v, sub(d)) \
-                - support(sub(np.asarray(kind_i)), sub(np.asarray(shape_i)), sub(np.asarray(q_i)), v, sub(R_i)) \
-                - support(sub(np.asarray(kind_j)), sub(np.asarray(shape_j)), sub(np.asarray(q_j)), v, sub(R_j))
+                - support(sub(np.asarray(kind_i)), sub(np.asarray(shape_i)), sub(q_i), v, sub(R_i)) \
+                - support(sub(np.asarray(kind_j)), sub(np.asarray(shape_j)), sub(q_j), v, sub(R_j))
+            lb[good] = np.maximum(lb[good], lb_h)
+    return lb
+
+
+def pair_lower_bound(kind, shape, X, R, ia, ib, hint=None):
+    """:func:`separation_lower_bound` of the pairs (ia, ib) (k,) of one body set, bit for bit, without per-pair
+    copies of the body data where possible.
+
+    kind (m,), shape (m, 3), X (m, 3) centres, R (m, 3, 3) rotation matrices (``quaternion.to_matrix``) of the
+    bodies; hint (k, 3) or None as in :func:`separation_lower_bound`.  When every body is a sphere or a
+    spherocylinder (h = R + L/2 |a . u|, a sphere being a rod of length 0), the bound is computed from
+    per-body axis and radius columns gathered per pair (no (k, 3, 3) matrices, no kind masks); other body sets
+    take the general function."""
+    kind = np.asarray(kind)
+    ia = np.asarray(ia, dtype=np.int64)
+    ib = np.asarray(ib, dtype=np.int64)
+    if not np.all((kind == SPHERE) | (kind == SPHEROCYLINDER)):
+        return separation_lower_bound(kind[ia], shape[ia], X[ia], None, kind[ib], shape[ib], X[ib], None,
+                                      hint=hint, R_i=R[ia], R_j=R[ib])
+    rad = np.ascontiguousarray(shape[:, 0], dtype=float)
+    half = np.where(kind == SPHEROCYLINDER, 0.5 * shape[:, 1], 0.0)    # 0 * |a.u| = 0: spheres get h = R
+    ax = [np.ascontiguousarray(R[:, c, 2], dtype=float) for c in range(3)]
+    d = [np.ascontiguousarray(X[:, c], dtype=float) for c in range(3)]
+    d = [c[ia] - c[ib] for c in d]
+    dist = d[0] * d[0]
+    dist += d[1] * d[1]
+    dist += d[2] * d[2]
+    np.sqrt(dist, out=dist)                                           # = norm_rows(x_i - x_j)
+    ok = dist > 0
+    if ok.all():
+        u = [c / dist for c in d]
+    else:
+        ds = np.where(ok, dist, 1.0)
+        u = [np.where(ok, c / ds, z) for c, z in zip(d, (0.0, 0.0, 1.0))]
+
+    def h(idx, v):
+        """Support values of bodies idx along unit directions v (3 columns); the sum order of the general
+        path's matrix-vector product, (p0 + p1) + p2."""
+        az = ax[0][idx] * v[0]
+        az += ax[1][idx] * v[1]
+        az += ax[2][idx] * v[2]
+        np.abs(az, out=az)
+        return rad[idx] + half[idx] * az
+
+    lb = dist - h(ia, u) - h(ib, u)
+    lb[~ok] = -np.inf
+    if hint is not None:
+        hh = np.asarray(hint, dtype=float)
+        hn = norm_rows(hh)
+        good = np.flatnonzero(np.isfinite(hn) & (hn > 0))
+        if good.size:
+            v = hh[good] / hn[good, None]
+            dg = np.stack([c[good] for c in d], axis=1)
+            vc = [np.ascontiguousarray(v[:, c]) for c in range(3)]
+            lb_h = np.einsum("ij,ij->i", v, dg) - h(ia[good], vc) - h(ib[good], vc)
             lb[good] = np.maximum(lb[good], lb_h)
     return lb

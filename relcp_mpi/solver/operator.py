@@ -145,8 +145,9 @@ class _ContactCtx:
         ncol_glob = self.D.getSize()[1]
         key = body.astype(np.int64) * max(ncol_glob, 1) + cols.astype(np.int64)
         ukey, inv = np.unique(key, return_inverse=True)
-        dbc = np.zeros((ukey.size, 6))
-        np.add.at(dbc, (inv, comp), vals)
+        # scatter-add of the entries into their (body, column) 6-vectors; bincount accumulates in the same order
+        # as np.add.at (bit-identical), an order of magnitude faster
+        dbc = np.bincount(inv.astype(np.int64) * 6 + comp, weights=vals, minlength=6 * ukey.size).reshape(-1, 6)
         ub = (ukey // max(ncol_glob, 1)).astype(np.int64)
         uc = (ukey % max(ncol_glob, 1)).astype(PETSc.IntType)
         contrib = np.einsum("ki,kij,kj->k", dbc, self.blocks[ub], dbc) if ukey.size else np.zeros(0)

@@ -29,7 +29,7 @@ from relcp_mpi.contact.line_contacts import (N_PAIR_SLOTS, N_WALL_SLOTS, ring_wa
                                              rod_wall_cap_rows)
 from relcp_mpi.contact.neighbors import candidate_pairs, wall_candidates
 from relcp_mpi.geometry.contact import pair_snsd, wall_snsd
-from relcp_mpi.geometry.support import separation_lower_bound
+from relcp_mpi.geometry.support import pair_lower_bound, separation_lower_bound
 from relcp_mpi.petsc import get_petsc
 from relcp_mpi.solver.lcp import SolverError, solve_lcp
 from relcp_mpi.stepper import lcp_debug
@@ -163,9 +163,11 @@ def _screen(inp, X, Q, ia, ib, hint, threshold, R=None):
     """Mask of the pairs that may be closer than ``threshold`` (certified support-function lower bound)."""
     if len(ia) == 0:
         return np.zeros(0, bool)
-    lb = separation_lower_bound(inp.kind[ia], inp.shape[ia], X[ia], Q[ia], inp.kind[ib], inp.shape[ib], X[ib],
-                                Q[ib], hint=hint, R_i=None if R is None else R[ia],
-                                R_j=None if R is None else R[ib])
+    if R is None:
+        lb = separation_lower_bound(inp.kind[ia], inp.shape[ia], X[ia], Q[ia], inp.kind[ib], inp.shape[ib],
+                                    X[ib], Q[ib], hint=hint)
+    else:
+        lb = pair_lower_bound(inp.kind, inp.shape, X, R, ia, ib, hint=hint)
     return lb <= threshold
 
 
