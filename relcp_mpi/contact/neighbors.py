@@ -22,7 +22,9 @@ def candidate_pairs(x, r, skin, n_owned=None):
     if m < 2 or n_owned == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     rmax = float(r.max())
-    tree = cKDTree(x)
+    # sliding-midpoint splits without node compaction: a much cheaper build and a no slower query for the
+    # near-uniform body clouds here (the pair set is the same: every pair within the radius)
+    tree = cKDTree(x, balanced_tree=False, compact_nodes=False)
     pairs = tree.query_pairs(2 * rmax + skin, output_type="ndarray")
     if len(pairs) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
