@@ -94,7 +94,7 @@ def _bodies(rng, m, kinds):
 
 
 @pytest.mark.parametrize("kinds", [(SPHEROCYLINDER,), (SPHERE, SPHEROCYLINDER), (SPHERE, SPHEROCYLINDER, ELLIPSOID),
-                                   (ELLIPSOID, RING, SPHERE)])
+                                   (ELLIPSOID, RING, SPHERE), (RING,), (SPHERE, RING), (ELLIPSOID,)])
 def test_pair_lower_bound_equals_per_pair_bound(kinds):
     rng = np.random.default_rng(len(kinds))
     m, k = 800, 20000

@@ -59,7 +59,8 @@ def support(kind, shape, q, u, R=None):
     else:
         ho = np.zeros(len(k))
         ho[c] = s[c, 0] + 0.5 * s[c, 1] * az[c]
-        ho[e] = np.linalg.norm(s[e] * ub[e], axis=1)
+        if np.any(e):
+            ho[e] = np.linalg.norm(s[e] * ub[e], axis=1)
         r = k == RING
         ho[r] = s[r, 0] * np.sqrt(np.maximum(0.0, 1.0 - az[r] ** 2)) + s[r, 1]
     if every:
