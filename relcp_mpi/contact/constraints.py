@@ -36,6 +36,7 @@ class ConstraintTable:
             setattr(self, f, np.zeros((0, 3)))
         for f in _SCAL:
             setattr(self, f, np.zeros(0))
+        self._d_rows = None          # D entries of the rows seen by assemble_D (see _triplets)
 
     def __len__(self):
         return len(self.ia)
@@ -51,14 +52,14 @@ class ConstraintTable:
             old = getattr(self, f)
             setattr(self, f, np.concatenate([old, a.astype(old.dtype).reshape((-1,) + old.shape[1:])]))
 
-    def columns(self):
-        """Per-constraint 6-vectors for body i and body j: (Gi (c,6), Gj (c,6)).
+    def columns(self, start=0):
+        """Per-constraint 6-vectors for body i and body j of the rows from ``start`` on: (Gi (c,6), Gj (c,6)).
 
         Gi = [n, r_i x n];  Gj = -[n, r_j x n] (zero for walls)."""
-        n = self.normal
-        Gi = np.concatenate([n, np.cross(self.r_i, n)], axis=1)
-        Gj = -np.concatenate([n, np.cross(self.r_j, n)], axis=1)
-        Gj[self.ib < 0] = 0.0
+        n = self.normal[start:]
+        Gi = np.concatenate([n, np.cross(self.r_i[start:], n)], axis=1)
+        Gj = -np.concatenate([n, np.cross(self.r_j[start:], n)], axis=1)
+        Gj[self.ib[start:] < 0] = 0.0
         return Gi, Gj
 
     def keys(self):
@@ -125,7 +126,7 @@ def assemble_D(table, body_row, row_starts, comm, col_offset, n_cols_global, D=N
     ``row_starts`` (P+1,) the first block row of every rank (rank p owns block rows
     [row_starts[p], row_starts[p+1])).  Entries in rows of ghost bodies are sent to the owning rank with one
     Alltoallv of (row, col, value) triplets; every rank then builds its owned rows in CSR form and PETSc
-    creates the AIJ matrix from the arrays (no per-entry Python calls).  ``D`` (a previous matrix) is destroyed.
+    creates the AIJ matrix from the arrays (no per-entry Python calls, no sort: see :func:`_owned_csr`).  ``D`` (a previous matrix) is destroyed.
     """
     PETSc = get_petsc()
     R, C, V = _triplets(table, body_row, col_offset)
@@ -137,31 +138,41 @@ def assemble_D(table, body_row, row_starts, comm, col_offset, n_cols_global, D=N
     indptr, C, V = _owned_csr(R - r0, C, V, nloc)
     if D is not None:
         D.destroy()
-    D = PETSc.Mat().createAIJ(size=((nloc, None), (len(table), n_cols_global)),
-                              csr=(indptr.astype(PETSc.IntType), C.astype(PETSc.IntType),
-                                   V.astype(PETSc.ScalarType)),
-                              comm=comm)
+    # with arrays: on one rank PETSc adopts the CSR arrays (MatCreateSeqAIJWithArrays, kept alive by petsc4py)
+    # instead of inserting them row by row; several ranks copy them (MatCreateMPIAIJWithArrays).  Same matrix.
+    D = PETSc.Mat().createAIJWithArrays(size=((nloc, None), (len(table), n_cols_global)),
+                                        csr=(indptr.astype(PETSc.IntType), C.astype(PETSc.IntType),
+                                             V.astype(PETSc.ScalarType)),
+                                        comm=comm)
     D.assemble()
     return D
 
 
 def _triplets(table, body_row, col_offset):
     """(row, col, value) triplets of the local constraints' D entries, in column order (per constraint the six
-    rows of body i, then the six of body j; walls only body i): int64 (e,), int64 (e,), float (e,)."""
+    rows of body i, then the six of body j; walls only body i): int64 (e,), int64 (e,), float (e,).
+
+    Rows are only ever appended to a table (recursion levels of one step), so the per-row rows and values of the
+    rows seen before are kept on the table and only the appended rows are computed (row-wise arithmetic: the
+    same numbers); the column numbers are recomputed, since ``col_offset`` moves when other ranks append rows."""
     c = len(table)
-    Gi, Gj = table.columns()
+    cache = getattr(table, "_d_rows", None)
+    start, R0, V0 = (cache[1], cache[2], cache[3]) if cache is not None and cache[0] is body_row \
+        else (0, np.zeros((0, 12), np.int64), np.zeros((0, 12)))
+    Gi, Gj = table.columns(start)
+    bi = body_row[table.ia[start:]]
+    bj = body_row[np.where(table.ib[start:] < 0, 0, table.ib[start:])]
+    R1 = np.empty((c - start, 12), np.int64)
+    R1[:, :6] = 6 * bi[:, None] + np.arange(6)
+    R1[:, 6:] = 6 * bj[:, None] + np.arange(6)
+    R = np.concatenate([R0, R1]) if start else R1
+    V = np.concatenate([V0, np.concatenate([Gi, Gj], axis=1)]) if start else np.concatenate([Gi, Gj], axis=1)
+    table._d_rows = (body_row, c, R, V)
     wall = table.ib < 0
-    cols = col_offset + np.arange(c, dtype=np.int64)
-    bi = body_row[table.ia]
-    bj = body_row[np.where(wall, 0, table.ib)]
-    R = np.empty((c, 12), np.int64)
-    R[:, :6] = 6 * bi[:, None] + np.arange(6)
-    R[:, 6:] = 6 * bj[:, None] + np.arange(6)
-    V = np.concatenate([Gi, Gj], axis=1)
-    C = np.repeat(cols, 12).reshape(c, 12)
-    keep = np.ones((c, 12), bool)
-    keep[wall, 6:] = False
+    C = np.repeat(col_offset + np.arange(c, dtype=np.int64), 12).reshape(c, 12)
     if wall.any():
+        keep = np.ones((c, 12), bool)
+        keep[wall, 6:] = False
         return R[keep], C[keep], V[keep]
     return R.ravel(), C.ravel(), V.ravel()
 
