@@ -29,7 +29,7 @@ def candidate_pairs(x, r, skin, n_owned=None):
     if len(pairs) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     ia, ib = pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.int64)
-    d = _pair_distance(x, ia, ib)
+    d = pair_distance(x, ia, ib)
     keep = (d <= r[ia] + r[ib] + skin) & (np.minimum(ia, ib) < n_owned)
     ia, ib = ia[keep], ib[keep]
     # sorted by (lo, hi): one sort of int64 keys lo * m + hi (cheaper than a two-key lexsort)
@@ -37,7 +37,7 @@ def candidate_pairs(x, r, skin, n_owned=None):
     return key // m, key % m
 
 
-def _pair_distance(x, ia, ib):
+def pair_distance(x, ia, ib):
     """|x[ia] - x[ib]| (k,), bit for bit np.linalg.norm(x[ia] - x[ib], axis=1) ((s0 + s1) + s2), computed on
     contiguous coordinate columns (gathers and a sum of three squares instead of a strided reduction)."""
     d2 = None

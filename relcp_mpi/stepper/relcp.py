@@ -24,10 +24,11 @@ import numpy as np
 
 from relcp_mpi.contact.constraints import ConstraintTable, assemble_D, lookup_keys, match_keys
 from relcp_mpi.basics import quaternion
+from relcp_mpi.basics.rows import norm_rows
 from relcp_mpi.bodies.shapes import ELLIPSOID
 from relcp_mpi.contact.line_contacts import (N_PAIR_SLOTS, N_WALL_SLOTS, ring_wall_rows, rod_pair_end_rows,
                                              rod_wall_cap_rows)
-from relcp_mpi.contact.neighbors import candidate_pairs, wall_candidates
+from relcp_mpi.contact.neighbors import pair_distance, candidate_pairs, wall_candidates
 from relcp_mpi.geometry.contact import pair_snsd, wall_snsd
 from relcp_mpi.geometry.support import pair_lower_bound, separation_lower_bound
 from relcp_mpi.petsc import get_petsc
@@ -354,7 +355,7 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
         # surface points of a body move by at most dt (|v| + |omega| r_bound) in the step; if no two bodies can
         # close a gap of the skin together, no pair outside the candidate set can overlap at the trial
         # configuration and the neighbour search need not be repeated (one scalar allreduce)
-        reach = dt * (np.linalg.norm(U_trial[:, :3], axis=1) + np.linalg.norm(U_trial[:, 3:], axis=1) * inp.bound[:n])
+        reach = dt * (norm_rows(U_trial[:, :3]) + norm_rows(U_trial[:, 3:]) * inp.bound[:n])
         # rotation of the bodies of the LCP's rows from the start to the trial configuration (the range over which
         # the rows' lever arms and normals are extrapolated); bodies without rows may rotate freely
         rot = 2.0 * np.arccos(np.minimum(np.abs(np.einsum("ij,ij->i", Q0, Qt)), 1.0))
@@ -375,7 +376,7 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
             cand_walls = _union_pairs(cand_walls, nwb, nww, max(len(inp.wall_points), 1))
         # only pairs whose bounding spheres intersect can overlap (sep >= |dx| - r_i - r_j): skip the rest
         pa, pb = cand_pairs[:, 0], cand_pairs[:, 1]
-        lb = np.linalg.norm(Xt[pa] - Xt[pb], axis=1) - inp.bound[pa] - inp.bound[pb]
+        lb = pair_distance(Xt, pa, pb) - inp.bound[pa] - inp.bound[pb]
         pa, pb = pa[lb < 0], pb[lb < 0]
         cw = cand_walls
         if len(cw):
