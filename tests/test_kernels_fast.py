@@ -204,3 +204,43 @@ def test_operator_diagonal_blocks_fast_and_general_paths():
         rb, rc, rd = reference(*args)
         assert np.array_equal(ub, rb) and np.array_equal(uc, rc)
         assert np.array_equal(dbc, rd) and np.array_equal(np.signbit(dbc), np.signbit(rd))
+
+
+def _ellipsoid_pairs(rng, m, lo, hi, mixed):
+    if mixed:
+        e_i = rng.uniform(0.3, 1.0, (m, 3)) * rng.uniform(1.0, 4.0, (m, 3))
+        e_j = rng.uniform(0.3, 1.0, (m, 3)) * rng.uniform(1.0, 4.0, (m, 3))
+    else:
+        e_i = np.broadcast_to([1.0, 0.5, 0.5], (m, 3)).copy()
+        e_j = e_i.copy()
+    x_i = rng.uniform(0.0, 30.0, (m, 3))
+    d = rng.normal(size=(m, 3))
+    d *= (rng.uniform(lo, hi, m) * (e_i.max(axis=1) + e_j.max(axis=1)) / np.linalg.norm(d, axis=1))[:, None]
+    return e_i, x_i, _unit_q(rng, m), e_j, x_i - d, _unit_q(rng, m)
+
+
+def test_ellipsoid_newton_compiled_equals_numpy(monkeypatch):
+    """The numba Newton ascent (geometry/ellipsoid_jit.py) and the numpy iteration give the same bits, unhinted
+    and hinted, separated and overlapping; RELCP_NUMBA=0 forces the numpy path."""
+    from relcp_mpi.geometry import ellipsoid_jit
+    if not ellipsoid_jit.AVAILABLE:
+        pytest.skip("numba not installed (the numpy path is the only one)")
+    rng = np.random.default_rng(7)
+    E = ELLIPSOID
+    for lo, hi, mixed in ((0.25, 0.5, False), (0.5, 1.2, False), (0.05, 1.3, True)):
+        e_i, x_i, q_i, e_j, x_j, q_j = _ellipsoid_pairs(rng, 1500, lo, hi, mixed)
+        hint = rng.normal(size=(1500, 3))
+        hint[::4] = np.nan
+        for h in (None, hint):
+            monkeypatch.setenv("RELCP_NUMBA", "0")
+            ref = pair_snsd(E, e_i, x_i, q_i, E, e_j, x_j, q_j, hint=h, check=False)
+            monkeypatch.setenv("RELCP_NUMBA", "1")
+            assert ellipsoid_jit.enabled()
+            got = pair_snsd(E, e_i, x_i, q_i, E, e_j, x_j, q_j, hint=h, check=False)
+            assert ref.converged.mean() > 0.99
+            for f in ("sep", "normal", "p_i", "p_j", "converged"):
+                assert np.array_equal(getattr(got, f), getattr(ref, f)), (lo, hi, mixed, f)
+    # the switch really selects the path
+    monkeypatch.setenv("RELCP_NUMBA", "0")
+    monkeypatch.setattr(ellipsoid_jit, "ee_newton", lambda *a: (_ for _ in ()).throw(AssertionError("jit used")))
+    pair_snsd(E, e_i[:50], x_i[:50], q_i[:50], E, e_j[:50], x_j[:50], q_j[:50], check=False)

@@ -32,6 +32,8 @@ Optional warm start (``hint``): previous normals; see :func:`ellipsoid_vs_ellips
 """
 import numpy as np
 
+from . import ellipsoid_jit
+
 _EPS = np.finfo(float).eps
 
 
@@ -403,7 +405,10 @@ def _ee_newton(P, U, gtol, htol, max_iter, chunk=_CHUNK):
     are processed in blocks of ``chunk`` rows.
     Returns the final directions (3, n) and ``conv`` (n,) = gradient below ``gtol S`` and tangent Hessian
     largest eigenvalue below ``htol S`` (or f > 0, which implies it) at the returned direction.
+    With numba available the compiled per-pair iteration of :mod:`.ellipsoid_jit` runs instead (same bits).
     """
+    if ellipsoid_jit.enabled():
+        return ellipsoid_jit.ee_newton(P, U, gtol, htol, max_iter)
     n = U.shape[1]
     U = np.array(U, dtype=float, copy=True)
     conv = np.zeros(n, dtype=bool)

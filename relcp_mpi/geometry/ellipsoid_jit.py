@@ -1,0 +1,242 @@
+"""Compiled (numba) Riemannian Newton ascent of the ellipsoid-ellipsoid SNSD, one pair at a time.
+
+Optional: used by :func:`relcp_mpi.geometry.ellipsoid._ee_newton` when numba imports (Debian ``python3-numba``,
+installed by ``tools/setup.sh``; on a cluster ``pip install numba`` or nothing) and ``RELCP_NUMBA`` is not ``0``.
+Without it the batched numpy iteration runs; both give the same bits.
+
+Why it is bit-identical to the numpy path: the numpy kernel (``ellipsoid._ee_local`` / ``_ee_newton_iter``)
+evaluates every quantity with elementwise operations on structure-of-arrays rows (no reductions, no BLAS), so
+per pair it is a fixed sequence of IEEE scalar operations.  This module performs the same operations in the same
+order for one pair after the other (numba without ``fastmath``: no reassociation, no fused multiply-add; the
+numpy error model: division by zero gives inf/nan as in numpy).  Iterating the pairs one by one instead of in
+lockstep changes nothing per pair: the numpy iteration's active-set compaction only removes finished rows.
+``tests/test_kernels_fast.py`` checks both paths against each other bit for bit.
+
+What is gained: the numpy iteration pays ~150 array passes per Newton iteration over the active rows plus the
+line search's masked copies; here a pair's whole ascent stays in registers (docs/BENCHMARKS.md, "Step kernels").
+"""
+import importlib.util
+import os
+
+import numpy as np
+
+_EPS = np.finfo(float).eps
+
+# numba is imported (and the kernels compiled or loaded from numba's cache) only when first used, so that
+# processes that never evaluate an ellipsoid pair do not pay for the import
+AVAILABLE = os.environ.get("RELCP_NUMBA", "1") != "0" and importlib.util.find_spec("numba") is not None
+_ENTRY = None
+
+
+def enabled():
+    """True when the compiled kernels are used (numba is installed and ``RELCP_NUMBA`` is not ``0``)."""
+    return AVAILABLE and os.environ.get("RELCP_NUMBA", "1") != "0"
+
+
+def _compiled():
+    """The compiled entry point; on first use the scalar functions below are replaced by their numba versions
+    (numba resolves the calls between them through the module globals)."""
+    global _ENTRY
+    if _ENTRY is None:
+        import numba
+        jit = numba.njit(cache=True, error_model="numpy", nogil=True)
+        g = globals()
+        for name in ("_mv", "_f", "_tgrad", "_newton_pair", "_newton_all"):
+            g[name] = jit(g[name])
+        _ENTRY = g["_newton_all"]
+    return _ENTRY
+
+
+def _mv(m0, m1, m2, m3, m4, m5, x, y, z):
+    """M v for the packed symmetric M = (M00, M11, M22, M01, M02, M12), as ``ellipsoid._mv``."""
+    return (m0 * x + m3 * y + m4 * z, m3 * x + m1 * y + m5 * z, m4 * x + m5 * y + m2 * z)
+
+
+def _f(P, k, ux, uy, uz):
+    """f(u) of pair k (``ellipsoid._ee_f``)."""
+    ax, ay, az = _mv(P[3, k], P[4, k], P[5, k], P[6, k], P[7, k], P[8, k], ux, uy, uz)
+    ri = np.sqrt(ux * ax + uy * ay + uz * az)
+    bx, by, bz = _mv(P[9, k], P[10, k], P[11, k], P[12, k], P[13, k], P[14, k], ux, uy, uz)
+    rj = np.sqrt(ux * bx + uy * by + uz * bz)
+    return P[0, k] * ux + P[1, k] * uy + P[2, k] * uz - ri - rj
+
+
+def _tgrad(P, k, ux, uy, uz):
+    """|tangent gradient| of pair k at u (``ellipsoid._ee_tgrad``)."""
+    ax, ay, az = _mv(P[3, k], P[4, k], P[5, k], P[6, k], P[7, k], P[8, k], ux, uy, uz)
+    ri = np.sqrt(ux * ax + uy * ay + uz * az)
+    bx, by, bz = _mv(P[9, k], P[10, k], P[11, k], P[12, k], P[13, k], P[14, k], ux, uy, uz)
+    rj = np.sqrt(ux * bx + uy * by + uz * bz)
+    qi = 1.0 / ri
+    qj = 1.0 / rj
+    gx = P[0, k] - ax * qi - bx * qj
+    gy = P[1, k] - ay * qi - by * qj
+    gz = P[2, k] - az * qi - bz * qj
+    ug = ux * gx + uy * gy + uz * gz
+    gx = gx - ug * ux
+    gy = gy - ug * uy
+    gz = gz - ug * uz
+    return np.sqrt(gx * gx + gy * gy + gz * gz)
+
+
+def _newton_pair(P, k, ux, uy, uz, gtol, htol, max_iter):
+    """Newton ascent of pair k from u (``ellipsoid._ee_newton`` for one row); returns (ux, uy, uz, conv)."""
+    dx, dy, dz = P[0, k], P[1, k], P[2, k]
+    i0, i1, i2, i3, i4, i5 = P[3, k], P[4, k], P[5, k], P[6, k], P[7, k], P[8, k]
+    j0, j1, j2, j3, j4, j5 = P[9, k], P[10, k], P[11, k], P[12, k], P[13, k], P[14, k]
+    S = P[15, k]
+    for it in range(max_iter + 1):
+        # ---- local model (ellipsoid._ee_local) ----
+        aix, aiy, aiz = _mv(i0, i1, i2, i3, i4, i5, ux, uy, uz)
+        ajx, ajy, ajz = _mv(j0, j1, j2, j3, j4, j5, ux, uy, uz)
+        ri = np.sqrt(ux * aix + uy * aiy + uz * aiz)
+        rj = np.sqrt(ux * ajx + uy * ajy + uz * ajz)
+        f = dx * ux + dy * uy + dz * uz - ri - rj
+        qi = 1.0 / ri
+        qj = 1.0 / rj
+        gx = dx - aix * qi - ajx * qj
+        gy = dy - aiy * qi - ajy * qj
+        gz = dz - aiz * qi - ajz * qj
+        ug = ux * gx + uy * gy + uz * gz
+        s = 1.0 if np.abs(ux) < 0.6 else 0.0
+        r = 1.0 - s
+        e1x = -uz * r
+        e1y = uz * s
+        e1z = ux * r - uy * s
+        inv = 1.0 / np.sqrt(e1x * e1x + e1y * e1y + e1z * e1z)
+        e1x = e1x * inv
+        e1y = e1y * inv
+        e1z = e1z * inv
+        e2x = uy * e1z - uz * e1y
+        e2y = uz * e1x - ux * e1z
+        e2z = ux * e1y - uy * e1x
+        g1 = gx * e1x + gy * e1y + gz * e1z
+        g2 = gx * e2x + gy * e2y + gz * e2z
+        a0 = i0 * qi + j0 * qj
+        a1 = i1 * qi + j1 * qj
+        a2 = i2 * qi + j2 * qj
+        a3 = i3 * qi + j3 * qj
+        a4 = i4 * qi + j4 * qj
+        a5 = i5 * qi + j5 * qj
+        p, q, rr = _mv(a0, a1, a2, a3, a4, a5, e1x, e1y, e1z)
+        c11 = e1x * p + e1y * q + e1z * rr
+        c12 = e2x * p + e2y * q + e2z * rr
+        p, q, rr = _mv(a0, a1, a2, a3, a4, a5, e2x, e2y, e2z)
+        c22 = e2x * p + e2y * q + e2z * rr
+        b1i = e1x * aix + e1y * aiy + e1z * aiz
+        b2i = e2x * aix + e2y * aiy + e2z * aiz
+        b1j = e1x * ajx + e1y * ajy + e1z * ajz
+        b2j = e2x * ajx + e2y * ajy + e2z * ajz
+        qi3 = qi * qi * qi
+        qj3 = qj * qj * qj
+        t = b1i * qi3
+        h11 = t * b1i
+        h12 = t * b2i
+        h22 = b2i * b2i * qi3
+        t = b1j * qj3
+        h11 = h11 + t * b1j
+        h12 = h12 + t * b2j
+        h22 = h22 + b2j * b2j * qj3
+        h11 = h11 - c11
+        h11 = h11 - ug
+        h22 = h22 - c22
+        h22 = h22 - ug
+        h12 = h12 - c12
+        # ---- certification (ellipsoid._ee_newton_iter) ----
+        gn = np.sqrt(g1 * g1 + g2 * g2)
+        hd = 0.5 * (h11 - h22)
+        lmax = 0.5 * (h11 + h22) + np.sqrt(hd * hd + h12 * h12)
+        small = gn <= gtol * S
+        if small and lmax <= htol * S and np.isfinite(f):
+            return ux, uy, uz, True
+        if it == max_iter:
+            return ux, uy, uz, False
+        # ---- shifted Newton step ----
+        mu = lmax + 1e-8 * S
+        if 0.0 >= mu:                      # np.maximum(0.0, mu) (NaN propagates)
+            mu = 0.0
+        a11 = h11 - mu
+        a22 = h22 - mu
+        det = a11 * a22 - h12 * h12
+        x1 = -(a22 * g1 - h12 * g2) / det
+        x2 = -(-h12 * g1 + a11 * g2) / det
+        if small:
+            va1, va2 = h12, lmax - h11
+            vb1, vb2 = lmax - h22, h12
+            if np.hypot(va1, va2) >= np.hypot(vb1, vb2):
+                v1, v2 = va1, va2
+            else:
+                v1, v2 = vb1, vb2
+            vn = np.hypot(v1, v2)
+            if vn > 0:
+                v1 = v1 / vn
+                v2 = v2 / vn
+            else:
+                v1 = 1.0
+                v2 = 0.0
+            x1 = 0.1 * v1
+            x2 = 0.1 * v2
+        sq = np.sqrt(x1 * x1 + x2 * x2)
+        if not (sq >= 0.5 or sq != sq):    # np.maximum(sq, 0.5)
+            sq = 0.5
+        cap = 0.5 / sq
+        x1 = x1 * cap
+        x2 = x2 * cap
+        slope = g1 * x1 + g2 * x2
+        sx = x1 * e1x + x2 * e2x
+        sy = x1 * e1y + x2 * e2y
+        sz = x1 * e1z + x2 * e2z
+        slack = 8 * _EPS * S
+        # ---- Armijo backtracking: the full step, then up to 39 halvings ----
+        cx = ux + sx
+        cy = uy + sy
+        cz = uz + sz
+        nc = np.sqrt(cx * cx + cy * cy + cz * cz)
+        cx = cx / nc
+        cy = cy / nc
+        cz = cz / nc
+        fc = _f(P, k, cx, cy, cz)
+        acc_full = fc >= f + 1e-4 * slope - slack
+        acc = acc_full
+        if not acc:
+            tt = 1.0
+            for _ in range(39):
+                tt *= 0.5
+                cx = ux + tt * sx
+                cy = uy + tt * sy
+                cz = uz + tt * sz
+                nc = np.sqrt(cx * cx + cy * cy + cz * cz)
+                cx = cx / nc
+                cy = cy / nc
+                cz = cz / nc
+                if _f(P, k, cx, cy, cz) >= f + 1e-4 * tt * slope - slack:
+                    acc = True
+                    break
+            if not acc:                    # the line search failed: keep the point, leave uncertified
+                return ux, uy, uz, False
+        if acc_full and gn <= 1e-5 * S and fc > 0.0 and _tgrad(P, k, cx, cy, cz) <= gtol * S:
+            return cx, cy, cz, True        # early certification at the accepted full step
+        ux, uy, uz = cx, cy, cz
+    return ux, uy, uz, False
+
+
+def _newton_all(P, U, gtol, htol, max_iter, Uout, conv):
+    for k in range(P.shape[1]):
+        ux, uy, uz, c = _newton_pair(P, k, U[0, k], U[1, k], U[2, k], gtol, htol, max_iter)
+        Uout[0, k] = ux
+        Uout[1, k] = uy
+        Uout[2, k] = uz
+        conv[k] = c
+
+
+def ee_newton(P, U, gtol, htol, max_iter):
+    """Compiled ``ellipsoid._ee_newton``: packed pairs P (16, n), unit start directions U (3, n) ->
+    (directions (3, n), conv (n,))."""
+    P = np.ascontiguousarray(P, dtype=np.float64)
+    U = np.ascontiguousarray(U, dtype=np.float64)
+    n = P.shape[1]
+    Uout = np.empty((3, n))
+    conv = np.zeros(n, dtype=np.bool_)
+    if n:
+        _compiled()(P, U, float(gtol), float(htol), int(max_iter), Uout, conv)
+    return Uout, conv
