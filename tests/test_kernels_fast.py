@@ -243,4 +243,4 @@ def test_ellipsoid_newton_compiled_equals_numpy(monkeypatch):
     # the switch really selects the path
     monkeypatch.setenv("RELCP_NUMBA", "0")
     monkeypatch.setattr(ellipsoid_jit, "ee_newton", lambda *a: (_ for _ in ()).throw(AssertionError("jit used")))
-    pair_snsd(E, e_i[:50], x_i[:50], q_i[:50], E, e_j[:50], x_j[:50], q_j[:50], check=False)
+    pair_snsd(E, e_i, x_i, q_i, E, e_j, x_j, q_j, check=False)

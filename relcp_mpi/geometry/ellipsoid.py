@@ -405,9 +405,10 @@ def _ee_newton(P, U, gtol, htol, max_iter, chunk=_CHUNK):
     are processed in blocks of ``chunk`` rows.
     Returns the final directions (3, n) and ``conv`` (n,) = gradient below ``gtol S`` and tangent Hessian
     largest eigenvalue below ``htol S`` (or f > 0, which implies it) at the returned direction.
-    With numba available the compiled per-pair iteration of :mod:`.ellipsoid_jit` runs instead (same bits).
+    With numba available the compiled per-pair iteration of :mod:`.ellipsoid_jit` runs instead for batches of
+    at least ``ellipsoid_jit.MIN_ROWS`` rows (same bits; small batches do not pay for importing numba).
     """
-    if ellipsoid_jit.enabled():
+    if U.shape[1] >= ellipsoid_jit.MIN_ROWS and ellipsoid_jit.enabled():
         return ellipsoid_jit.ee_newton(P, U, gtol, htol, max_iter)
     n = U.shape[1]
     U = np.array(U, dtype=float, copy=True)

@@ -26,6 +26,7 @@ _EPS = np.finfo(float).eps
 # processes that never evaluate an ellipsoid pair do not pay for the import
 AVAILABLE = os.environ.get("RELCP_NUMBA", "1") != "0" and importlib.util.find_spec("numba") is not None
 _ENTRY = None
+MIN_ROWS = 256          # smaller batches take the numpy iteration (importing numba costs ~1 s per process)
 
 
 def enabled():
