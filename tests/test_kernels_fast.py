@@ -244,3 +244,38 @@ def test_ellipsoid_newton_compiled_equals_numpy(monkeypatch):
     monkeypatch.setenv("RELCP_NUMBA", "0")
     monkeypatch.setattr(ellipsoid_jit, "ee_newton", lambda *a: (_ for _ in ()).throw(AssertionError("jit used")))
     pair_snsd(E, e_i, x_i, q_i, E, e_j, x_j, q_j, check=False)
+
+
+def test_ellipsoid_foot_point_compiled_equals_numpy(monkeypatch):
+    """The compiled foot-point solve (closest point / signed distance) equals the numpy one bit for bit, on
+    degenerate input too (equal semi-axes, spheres, points on medial planes, the centre, points very close to it);
+    so do the sphere- and spherocylinder-ellipsoid kernels built on it."""
+    from relcp_mpi.geometry import ellipsoid as EL, ellipsoid_jit
+    if not ellipsoid_jit.AVAILABLE:
+        pytest.skip("numba not installed (the numpy path is the only one)")
+    rng = np.random.default_rng(8)
+    m = 6000
+    e = rng.uniform(0.2, 2.0, (m, 3))
+    e[::7, 1] = e[::7, 0]
+    e[::11] = 1.0
+    y = rng.normal(size=(m, 3)) * rng.uniform(0.01, 5.0, (m, 1))
+    y[::13, 0] = 0.0
+    y[::17] = 0.0
+    y[::19] *= 1e-9
+    monkeypatch.setenv("RELCP_NUMBA", "0")
+    ref = EL.closest_point_body(e, y)
+    monkeypatch.setenv("RELCP_NUMBA", "1")
+    got = EL.closest_point_body(e, y)
+    assert ref[3].all()
+    for a, b in zip(ref, got):
+        assert np.array_equal(a, b)
+    for kind, sh in ((SPHERE, np.column_stack([rng.uniform(0.1, 1.0, 2000), np.zeros((2000, 2))])),
+                     (SPHEROCYLINDER, np.column_stack([rng.uniform(0.1, 0.5, 2000), rng.uniform(0.0, 3.0, 2000),
+                                                       np.zeros(2000)]))):
+        e_i, x_i, q_i, e_j, x_j, q_j = _ellipsoid_pairs(rng, 2000, 0.05, 1.2, True)
+        out = []
+        for flag in ("0", "1"):
+            monkeypatch.setenv("RELCP_NUMBA", flag)
+            out.append(pair_snsd(kind, sh, x_i, q_i, ELLIPSOID, e_j, x_j, q_j, check=False))
+        for f in ("sep", "normal", "p_i", "p_j", "converged"):
+            assert np.array_equal(getattr(out[0], f), getattr(out[1], f)), (kind, f)

@@ -59,6 +59,8 @@ def closest_point_body(e, y, max_iter=100):
     e = np.asarray(e, dtype=float).reshape(-1, 3)
     y = np.asarray(y, dtype=float).reshape(-1, 3)
     m = y.shape[0]
+    if m >= ellipsoid_jit.MIN_ROWS and ellipsoid_jit.enabled():      # compiled twin, same bits
+        return ellipsoid_jit.closest_point_body(e, y, max_iter)
     emin = e.min(axis=1, keepdims=True)
     beta = (e - emin) * (e + emin) / emin ** 2          # >= 0, exactly 0 on the minimal axes
     alpha = e * y / emin ** 2

@@ -42,9 +42,9 @@ def _compiled():
         import numba
         jit = numba.njit(cache=True, error_model="numpy", nogil=True)
         g = globals()
-        for name in ("_mv", "_f", "_tgrad", "_newton_pair", "_newton_all"):
+        for name in ("_mv", "_f", "_tgrad", "_newton_pair", "_newton_all", "_foot_axis", "_foot_all"):
             g[name] = jit(g[name])
-        _ENTRY = g["_newton_all"]
+        _ENTRY = (g["_newton_all"], g["_foot_all"])
     return _ENTRY
 
 
@@ -239,5 +239,102 @@ def ee_newton(P, U, gtol, htol, max_iter):
     Uout = np.empty((3, n))
     conv = np.zeros(n, dtype=np.bool_)
     if n:
-        _compiled()(P, U, float(gtol), float(htol), int(max_iter), Uout, conv)
+        _compiled()[0](P, U, float(gtol), float(htol), int(max_iter), Uout, conv)
     return Uout, conv
+
+
+def _foot_axis(ec, yc, emin, em2):
+    """beta, alpha and beta-scaled alpha of one axis (``ellipsoid.closest_point_body``)."""
+    be = (ec - emin) * (ec + emin) / em2
+    al = ec * yc / em2
+    return be, al, (0.0 if be == 0.0 else al / be)
+
+
+def _foot_all(e, y, max_iter, foot, sdf, normal, conv):
+    """``ellipsoid.closest_point_body`` one point after the other (same operations, same order)."""
+    eps8 = 8 * _EPS
+    for k in range(e.shape[0]):
+        e0, e1, e2 = e[k, 0], e[k, 1], e[k, 2]
+        emin = min(e0, min(e1, e2))
+        em2 = emin * emin
+        be0, al0, qw0 = _foot_axis(e0, y[k, 0], emin, em2)
+        be1, al1, qw1 = _foot_axis(e1, y[k, 1], emin, em2)
+        be2, al2, qw2 = _foot_axis(e2, y[k, 2], emin, em2)
+        g_without = qw0 * qw0 + qw1 * qw1 + qw2 * qw2 - 1.0
+        pole = g_without <= 0.0 and not ((be0 == 0.0 and al0 != 0.0) or (be1 == 0.0 and al1 != 0.0)
+                                         or (be2 == 0.0 and al2 != 0.0))
+        lo = max(np.abs(al0) - be0, max(np.abs(al1) - be1, np.abs(al2) - be2))
+        if 0.0 >= lo:                      # np.maximum(0.0, lo)
+            lo = 0.0
+        hi = np.sqrt(al0 * al0 + al1 * al1 + al2 * al2)
+        if not (hi >= lo or hi != hi):     # np.maximum(hi, lo)
+            hi = lo
+        sigma = hi
+        cv = pole
+        if not pole:
+            for _ in range(max_iter):
+                sg = sigma
+                d0, d1, d2 = be0 + sg, be1 + sg, be2 + sg
+                v0, v1, v2 = al0 / d0, al1 / d1, al2 / d2
+                phi = np.sqrt(v0 * v0 + v1 * v1 + v2 * v2)
+                psi = 1.0 / phi - 1.0
+                dpsi = (v0 * v0 / d0 + v1 * v1 / d1 + v2 * v2 / d2) / np.power(phi, 3.0)
+                l = sg if psi <= 0.0 else lo
+                u = sg if psi >= 0.0 else hi
+                lo = l
+                hi = u
+                s_new = sg - psi / dpsi
+                if not (s_new > l and s_new < u):
+                    s_new = np.sqrt(l * u) if (l > 0.0 and u > 4.0 * l) else 0.5 * (l + u)
+                exact = psi == 0.0
+                if exact:
+                    s_new = sg
+                sigma = s_new
+                if exact or np.abs(s_new - sg) <= eps8 * sg or u - l <= eps8 * u:
+                    cv = True
+                    break
+        if pole:
+            f0 = 0.0 if be0 == 0.0 else e0 * qw0
+            f1 = 0.0 if be1 == 0.0 else e1 * qw1
+            f2 = 0.0 if be2 == 0.0 else e2 * qw2
+            mg = -g_without
+            if 0.0 >= mg:
+                mg = 0.0
+            fm = emin * np.sqrt(mg)
+            if be0 == 0.0:                 # the first minimal axis
+                f0 = fm
+            elif be1 == 0.0:
+                f1 = fm
+            else:
+                f2 = fm
+            sigma = 0.0
+        else:
+            d0, d1, d2 = be0 + sigma, be1 + sigma, be2 + sigma
+            f0 = e0 * al0 / d0 if d0 > 0.0 else 0.0
+            f1 = e1 * al1 / d1 if d1 > 0.0 else 0.0
+            f2 = e2 * al2 / d2 if d2 > 0.0 else 0.0
+        foot[k, 0] = f0
+        foot[k, 1] = f1
+        foot[k, 2] = f2
+        g0 = f0 / (e0 * e0)
+        g1 = f1 / (e1 * e1)
+        g2 = f2 / (e2 * e2)
+        gn = np.sqrt(g0 * g0 + g1 * g1 + g2 * g2)
+        normal[k, 0] = g0 / gn
+        normal[k, 1] = g1 / gn
+        normal[k, 2] = g2 / gn
+        sdf[k] = (sigma - 1.0) * em2 * gn
+        conv[k] = cv
+
+
+def closest_point_body(e, y, max_iter):
+    """Compiled ``ellipsoid.closest_point_body``: semi-axes e (m, 3), body-frame points y (m, 3) ->
+    (foot (m, 3), sdf (m,), normal (m, 3), converged (m,))."""
+    e = np.ascontiguousarray(e, dtype=np.float64)
+    y = np.ascontiguousarray(y, dtype=np.float64)
+    m = e.shape[0]
+    foot, normal = np.empty((m, 3)), np.empty((m, 3))
+    sdf, conv = np.empty(m), np.zeros(m, dtype=np.bool_)
+    if m:
+        _compiled()[1](e, y, int(max_iter), foot, sdf, normal, conv)
+    return foot, sdf, normal, conv
