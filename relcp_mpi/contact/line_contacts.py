@@ -72,13 +72,14 @@ def rod_pair_end_rows(kind, shape, X, Q, ia, ib, geo, skin, dup_tol=1e-12, R=Non
     parts = []
     for slot, end_of_i, sgn in ((1, True, -1.0), (2, True, 1.0), (3, False, -1.0), (4, False, 1.0)):
         # skip rows certified beyond the skin (they are dropped below anyway): the distance of an end point e
-        # to the other core is at least |e - c_other| - h_other (triangle inequality)
+        # to the other core is at least |e - c_other| - h_other (triangle inequality) and at least its distance
+        # to the core's line
         if end_of_i:      # end sphere of i (core of half length 0) against the core of j
             e = X_i + (sgn * h_i)[:, None] * M_i[:, :, 2]
-            lb = norm_rows(e - X_j) - h_j
+            lb = _point_core_bound(e - X_j, M_j[:, :, 2], h_j)
         else:             # core of i against the end sphere of j
             e = X_j + (sgn * h_j)[:, None] * M_j[:, :, 2]
-            lb = norm_rows(X_i - e) - h_i
+            lb = _point_core_bound(e - X_i, M_i[:, :, 2], h_i)
         s = np.flatnonzero(lb - R_i - R_j <= skin + margin)
         # the kernel gets the rows s of the very arrays it got before, in the same memory layout (axes as strided
         # views of the matrices): its dot products' summation order depends on the layout, so the rows' results
@@ -100,6 +101,14 @@ def rod_pair_end_rows(kind, shape, X, Q, ia, ib, geo, skin, dup_tol=1e-12, R=Non
     g = ContactGeometry(sep=sep[keep], normal=nrm[keep], p_i=p_i[keep], p_j=p_j[keep],
                         converged=np.ones(int(keep.sum()), bool))
     return pair[keep], sub[keep].astype(np.int64), g
+
+
+def _point_core_bound(w, a, h):
+    """Lower bound (k,) on the distance of points c + w to the segments c + t a, |t| <= h (a unit): the larger of
+    |w| - h and the distance to the segment's line."""
+    ww = norm_rows(w)
+    t = w[:, 0] * a[:, 0] + w[:, 1] * a[:, 1] + w[:, 2] * a[:, 2]
+    return np.maximum(ww - h, np.sqrt(np.maximum(ww * ww - t * t, 0.0)))
 
 
 def rod_wall_cap_rows(kind, shape, X, Q, wb, ww, wall_points, wall_normals, skin, R=None):
