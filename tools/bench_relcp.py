@@ -45,14 +45,14 @@ def main():
     if comm.rank == 0:
         rec = {"deck": a.deck, "ranks": comm.size, "bodies": sim.n_global, "timed_steps": a.steps,
                "warm_steps": a.warm, "model": deck["contact"]["model"], "wall_s": wall,
-               "steps_per_s": a.steps / wall, "s_per_step": wall / a.steps, "cpu_s_per_step": cpu / a.steps,
-               "load_avg_1min": os.getloadavg()[0],
+               "steps_per_s": a.steps / wall, "s_per_step": wall / a.steps,
                "mean_constraints": sum(d["constraints"] for d in diags) / len(diags),
                "mean_active": sum(d.get("active", 0) for d in diags) / len(diags),
                "mean_iterations": sum(d["iterations"] for d in diags) / len(diags),
                "max_depth": max(d["depth"] for d in diags),
                "max_overlap": max(d["max_overlap"] for d in diags),
                "stages": {k: v for k, v in sim.timer.total.items()}}
+        rec.update(cpu_s_per_step=cpu / a.steps, load_avg_1min=os.getloadavg()[0])
         print(f"{a.deck}: {comm.size} rank(s), {sim.n_global} bodies, {a.steps} steps after {a.warm} warm-up: "
               f"{rec['steps_per_s']:.3f} steps/s ({rec['s_per_step']:.3f} s/step, CPU {rec['cpu_s_per_step']:.3f} s/step "
               f"on rank 0, load {rec['load_avg_1min']:.1f}); mean constraints "
