@@ -1,12 +1,16 @@
-"""Compiled (numba) Riemannian Newton ascent of the ellipsoid-ellipsoid SNSD, one pair at a time.
+"""Compiled (numba) twins of the ellipsoid kernels' iterations, one pair / point at a time: the Riemannian Newton
+ascent of the ellipsoid-ellipsoid SNSD (``ee_newton``) and the foot-point solve behind the closest point and
+signed distance (``closest_point_body``, used by the sphere-, spherocylinder- and ellipsoid-ellipsoid kernels).
 
-Optional: used by :func:`relcp_mpi.geometry.ellipsoid._ee_newton` when numba imports (Debian ``python3-numba``,
-installed by ``tools/setup.sh``; on a cluster ``pip install numba`` or nothing) and ``RELCP_NUMBA`` is not ``0``.
-Without it the batched numpy iteration runs; both give the same bits.
+Optional: used by :func:`relcp_mpi.geometry.ellipsoid._ee_newton` and ``closest_point_body`` for batches of at
+least ``MIN_ROWS`` rows when numba is installed (Debian ``python3-numba``, installed by ``tools/setup.sh``; on a
+cluster ``pip install numba`` or nothing) and ``RELCP_NUMBA`` is not ``0``.  Without it the batched numpy
+iterations run; both give the same bits.
 
-Why it is bit-identical to the numpy path: the numpy kernel (``ellipsoid._ee_local`` / ``_ee_newton_iter``)
-evaluates every quantity with elementwise operations on structure-of-arrays rows (no reductions, no BLAS), so
-per pair it is a fixed sequence of IEEE scalar operations.  This module performs the same operations in the same
+Why they are bit-identical to the numpy paths: the numpy kernels (``ellipsoid._ee_local`` / ``_ee_newton_iter``,
+``closest_point_body``) evaluate every quantity with elementwise operations on the rows (no BLAS; the only
+reductions are sums, minima and maxima of three numbers, summed left to right), so per pair it is a fixed
+sequence of IEEE scalar operations.  This module performs the same operations in the same
 order for one pair after the other (numba without ``fastmath``: no reassociation, no fused multiply-add; the
 numpy error model: division by zero gives inf/nan as in numpy).  Iterating the pairs one by one instead of in
 lockstep changes nothing per pair: the numpy iteration's active-set compaction only removes finished rows.
