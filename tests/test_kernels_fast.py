@@ -224,7 +224,7 @@ def test_ellipsoid_newton_compiled_equals_numpy(monkeypatch):
     and hinted, separated and overlapping; RELCP_NUMBA=0 forces the numpy path."""
     from relcp_mpi.geometry import ellipsoid_jit
     if not ellipsoid_jit.AVAILABLE:
-        pytest.skip("numba not installed (the numpy path is the only one)")
+        pytest.skip("numba not installed or RELCP_NUMBA=0 at start (the numpy path is the only one)")
     rng = np.random.default_rng(7)
     E = ELLIPSOID
     for lo, hi, mixed in ((0.25, 0.5, False), (0.5, 1.2, False), (0.05, 1.3, True)):
@@ -252,7 +252,7 @@ def test_ellipsoid_foot_point_compiled_equals_numpy(monkeypatch):
     so do the sphere- and spherocylinder-ellipsoid kernels built on it."""
     from relcp_mpi.geometry import ellipsoid as EL, ellipsoid_jit
     if not ellipsoid_jit.AVAILABLE:
-        pytest.skip("numba not installed (the numpy path is the only one)")
+        pytest.skip("numba not installed or RELCP_NUMBA=0 at start (the numpy path is the only one)")
     rng = np.random.default_rng(8)
     m = 6000
     e = rng.uniform(0.2, 2.0, (m, 3))
