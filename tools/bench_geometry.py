@@ -16,6 +16,9 @@ the mixed table):
       exact normals of the previous configuration (the time stepper's case); the hinted result is checked
       against the unhinted one
   (c) overlapping, centre distance uniform in [0.5, 1.0]
+
+With numba installed the ellipsoid kernels' Newton and foot-point iterations run compiled (RELCP_NUMBA=0: numpy;
+the same bits either way); the best of --repeat runs keeps numba's one-time compile/load out of the times.
 """
 import argparse
 import os
@@ -60,12 +63,15 @@ def suspension(rng, m, lo, hi):
     return e, xi, Q.random_unit(rng, m), e.copy(), xi - d, Q.random_unit(rng, m)
 
 
+CLOCK = time.perf_counter       # --clock cpu: time.process_time (steadier on a shared machine)
+
+
 def best_time(fn, repeat):
     times = []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         out = fn()
-        times.append(time.perf_counter() - t0)
+        times.append(CLOCK() - t0)
     return min(times), out
 
 
@@ -98,7 +104,11 @@ def main():
     ap.add_argument("--check", type=int, default=0, help="oracle-check N pairs per kind combination")
     ap.add_argument("--seed", type=int, default=2024)
     ap.add_argument("--suspension-only", action="store_true", help="only the suspension cases (a)-(c)")
+    ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                    help="wall time (default) or the process's CPU time, steadier when other jobs share the cores")
     args = ap.parse_args()
+    global CLOCK
+    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
     rng = np.random.default_rng(args.seed)
     if args.suspension_only:
         suspension_table(rng, args.m, args.repeat)
@@ -108,12 +118,7 @@ def main():
     print(f"{'pair kinds':34s} {'m':>7s} {'overlap':>8s} {'best time [s]':>14s} {'pairs/s':>12s}")
     for ki, kj in combos:
         si, xi, qi, sj, xj, qj, _ = batch(rng, ki, kj, args.m)
-        times = []
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            g = pair_snsd(ki, si, xi, qi, kj, sj, xj, qj)
-            times.append(time.perf_counter() - t0)
-        t = min(times)
+        t, g = best_time(lambda: pair_snsd(ki, si, xi, qi, kj, sj, xj, qj), args.repeat)
         name = f"{KIND_NAMES[ki]}-{KIND_NAMES[kj]}"
         print(f"{name:34s} {args.m:7d} {np.mean(g.sep < 0):8.2f} {t:14.4f} {args.m / t:12.0f}")
     suspension_table(rng, args.m, args.repeat)

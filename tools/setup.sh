@@ -4,7 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PKGS="python3-petsc4py python3-mpi4py python3-h5py-mpi python3-yaml python3-numpy python3-scipy python3-pytest
-python3-pytest-mpi python3-hypothesis python3-matplotlib python3-venv python3-setuptools openmpi-bin python3-gsd"
+python3-pytest-mpi python3-hypothesis python3-matplotlib python3-venv python3-setuptools openmpi-bin python3-gsd python3-numba"
+# python3-numba: optional compiled geometry kernels (relcp_mpi/geometry/ellipsoid_jit.py); RELCP_NUMBA=0 or its
+# absence (e.g. a cluster `pip install .`) selects the numpy path, which gives the same bits
 # RELCP_VIEWERS=1: also ParaView's Python (~500 MB; tests/test_xdmf_reader.py opens the XDMF sidecar with its
 # readers, skipped without it) and VTK (tools/render_frame.py)
 if [ "${RELCP_VIEWERS:-0}" = "1" ]; then PKGS="$PKGS python3-paraview python3-vtk9 xvfb xauth"; fi

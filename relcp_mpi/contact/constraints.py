@@ -36,6 +36,7 @@ class ConstraintTable:
             setattr(self, f, np.zeros((0, 3)))
         for f in _SCAL:
             setattr(self, f, np.zeros(0))
+        self._d_rows = None          # D entries of the rows seen by assemble_D (see _triplets)
 
     def __len__(self):
         return len(self.ia)
@@ -51,14 +52,14 @@ class ConstraintTable:
             old = getattr(self, f)
             setattr(self, f, np.concatenate([old, a.astype(old.dtype).reshape((-1,) + old.shape[1:])]))
 
-    def columns(self):
-        """Per-constraint 6-vectors for body i and body j: (Gi (c,6), Gj (c,6)).
+    def columns(self, start=0):
+        """Per-constraint 6-vectors for body i and body j of the rows from ``start`` on: (Gi (c,6), Gj (c,6)).
 
         Gi = [n, r_i x n];  Gj = -[n, r_j x n] (zero for walls)."""
-        n = self.normal
-        Gi = np.concatenate([n, np.cross(self.r_i, n)], axis=1)
-        Gj = -np.concatenate([n, np.cross(self.r_j, n)], axis=1)
-        Gj[self.ib < 0] = 0.0
+        n = self.normal[start:]
+        Gi = np.concatenate([n, np.cross(self.r_i[start:], n)], axis=1)
+        Gj = -np.concatenate([n, np.cross(self.r_j[start:], n)], axis=1)
+        Gj[self.ib[start:] < 0] = 0.0
         return Gi, Gj
 
     def keys(self):
@@ -73,12 +74,37 @@ def lookup_keys(keys, table_keys):
     out = np.full(len(keys), -1, dtype=np.int64)
     if len(keys) == 0 or table_keys is None or len(table_keys) == 0:
         return out
+    keys, table_keys = _packed(keys, table_keys)
     order = np.argsort(table_keys, kind="stable")
     sk = table_keys[order]
     pos = np.minimum(np.searchsorted(sk, keys), len(sk) - 1)
     hit = sk[pos] == keys
     out[hit] = order[pos[hit]]
     return out
+
+
+def _packed(keys, table_keys):
+    """Structured integer keys of both arrays as order-preserving int64 codes (sorting and searching structured
+    arrays is a slow generic comparison); unchanged when they are plain or do not fit into 62 bits."""
+    names = keys.dtype.names
+    if not names or table_keys.dtype.names != names:
+        return keys, table_keys
+    lo, span = [], []
+    for f in names:
+        a, b = keys[f], table_keys[f]
+        lo_f = min(int(a.min()), int(b.min()))
+        lo.append(lo_f)
+        span.append(max(int(a.max()), int(b.max())) - lo_f + 1)
+    if np.prod([float(x) for x in span]) >= 2.0 ** 62:
+        return keys, table_keys
+    out = []
+    for arr in (keys, table_keys):
+        code = np.zeros(len(arr), np.int64)
+        for f, lo_f, sp in zip(names, lo, span):
+            code *= sp
+            code += arr[f].astype(np.int64) - lo_f
+        out.append(code)
+    return out[0], out[1]
 
 
 def match_keys(keys, table_keys, table_values, default=0.0):
@@ -100,40 +126,73 @@ def assemble_D(table, body_row, row_starts, comm, col_offset, n_cols_global, D=N
     ``row_starts`` (P+1,) the first block row of every rank (rank p owns block rows
     [row_starts[p], row_starts[p+1])).  Entries in rows of ghost bodies are sent to the owning rank with one
     Alltoallv of (row, col, value) triplets; every rank then builds its owned rows in CSR form and PETSc
-    creates the AIJ matrix from the arrays (no per-entry Python calls).  ``D`` (a previous matrix) is destroyed.
+    creates the AIJ matrix from the arrays (no per-entry Python calls, no sort: see :func:`_owned_csr`).  ``D`` (a previous matrix) is destroyed.
     """
     PETSc = get_petsc()
-    c = len(table)
-    Gi, Gj = table.columns()
-    cols = col_offset + np.arange(c, dtype=np.int64)
-    wall = table.ib < 0
-    bi = body_row[table.ia]
-    bj = body_row[np.where(wall, 0, table.ib)][~wall] if c else np.zeros(0, np.int64)
-    R = np.concatenate([(6 * bi[:, None] + np.arange(6)).ravel(), (6 * bj[:, None] + np.arange(6)).ravel()])
-    C = np.concatenate([np.repeat(cols, 6), np.repeat(cols[~wall], 6)])
-    V = np.concatenate([Gi.ravel(), Gj[~wall].ravel()])
+    R, C, V = _triplets(table, body_row, col_offset)
     rank, size = comm.rank, comm.size
     r0, r1 = 6 * int(row_starts[rank]), 6 * int(row_starts[rank + 1])
     if size > 1:
         R, C, V = _route_triplets(R, C, V, 6 * np.asarray(row_starts, dtype=np.int64), comm)
-    # local CSR of owned rows
-    order = np.lexsort((C, R))
-    R, C, V = R[order], C[order], V[order]
-    if len(R):
-        first = np.ones(len(R), bool)
-        first[1:] = (R[1:] != R[:-1]) | (C[1:] != C[:-1])
-        grp = np.cumsum(first) - 1
-        V = np.bincount(grp, weights=V)
-        R, C = R[first], C[first]
     nloc = r1 - r0
-    indptr = np.concatenate([[0], np.cumsum(np.bincount(R - r0, minlength=nloc))]).astype(PETSc.IntType)
+    indptr, C, V = _owned_csr(R - r0, C, V, nloc)
     if D is not None:
         D.destroy()
-    D = PETSc.Mat().createAIJ(size=((nloc, None), (c, n_cols_global)),
-                              csr=(indptr, C.astype(PETSc.IntType), V.astype(PETSc.ScalarType)),
-                              comm=comm)
+    # with arrays: on one rank PETSc adopts the CSR arrays (MatCreateSeqAIJWithArrays, kept alive by petsc4py)
+    # instead of inserting them row by row; several ranks copy them (MatCreateMPIAIJWithArrays).  Same matrix.
+    D = PETSc.Mat().createAIJWithArrays(size=((nloc, None), (len(table), n_cols_global)),
+                                        csr=(indptr.astype(PETSc.IntType), C.astype(PETSc.IntType),
+                                             V.astype(PETSc.ScalarType)),
+                                        comm=comm)
     D.assemble()
     return D
+
+
+def _triplets(table, body_row, col_offset):
+    """(row, col, value) triplets of the local constraints' D entries, in column order (per constraint the six
+    rows of body i, then the six of body j; walls only body i): int64 (e,), int64 (e,), float (e,).
+
+    Rows are only ever appended to a table (recursion levels of one step), so the per-row rows and values of the
+    rows seen before are kept on the table and only the appended rows are computed (row-wise arithmetic: the
+    same numbers); the column numbers are recomputed, since ``col_offset`` moves when other ranks append rows."""
+    c = len(table)
+    cache = getattr(table, "_d_rows", None)
+    start, R0, V0 = (cache[1], cache[2], cache[3]) if cache is not None and cache[0] is body_row \
+        else (0, np.zeros((0, 12), np.int64), np.zeros((0, 12)))
+    Gi, Gj = table.columns(start)
+    bi = body_row[table.ia[start:]]
+    bj = body_row[np.where(table.ib[start:] < 0, 0, table.ib[start:])]
+    R1 = np.empty((c - start, 12), np.int64)
+    R1[:, :6] = 6 * bi[:, None] + np.arange(6)
+    R1[:, 6:] = 6 * bj[:, None] + np.arange(6)
+    R = np.concatenate([R0, R1]) if start else R1
+    V = np.concatenate([V0, np.concatenate([Gi, Gj], axis=1)]) if start else np.concatenate([Gi, Gj], axis=1)
+    table._d_rows = (body_row, c, R, V)
+    wall = table.ib < 0
+    C = np.repeat(col_offset + np.arange(c, dtype=np.int64), 12).reshape(c, 12)
+    if wall.any():
+        keep = np.ones((c, 12), bool)
+        keep[wall, 6:] = False
+        return R[keep], C[keep], V[keep]
+    return R.ravel(), C.ravel(), V.ravel()
+
+
+def _owned_csr(R, C, V, nloc):
+    """CSR arrays (indptr (nloc+1,), columns, values) of triplets with local rows R in [0, nloc), columns
+    ascending within each row, duplicate (row, col) entries summed in input order.
+
+    The triplets arrive in column order (:func:`_triplets`; after routing, by source rank, whose column ranges
+    ascend), so a stable counting sort by row (scipy's COO -> CSR conversion, O(e)) already gives the columns of
+    each row in ascending order; no general sort is needed.  Values are normalised with ``+ 0.0`` so that the
+    result is bit for bit the former ``lexsort`` + ``bincount`` construction (which turned -0.0 into 0.0)."""
+    import scipy.sparse as sp
+    V = V + 0.0
+    if len(R) and np.any(np.diff(C) < 0):           # not column-ordered (never expected): general sort
+        order = np.lexsort((C, R))
+        R, C, V = R[order], C[order], V[order]
+    A = sp.coo_matrix((V, (R, C)), shape=(nloc, int(C.max()) + 1 if len(C) else 1)).tocsr()
+    A.sort_indices()
+    return A.indptr, A.indices, A.data
 
 
 def _route_triplets(R, C, V, row_starts6, comm):

@@ -31,6 +31,7 @@ of j: 3 / 4; rod - wall: cap -h: 0, cap +h: 1.  Rows appended by the recursion t
 import numpy as np
 
 from relcp_mpi.bodies.shapes import RING, SPHEROCYLINDER
+from relcp_mpi.basics.rows import norm_rows
 from relcp_mpi.geometry import quaternion
 from relcp_mpi.geometry.contact import ContactGeometry
 from relcp_mpi.geometry.spherocylinder import capsule_capsule
@@ -39,63 +40,90 @@ N_PAIR_SLOTS = 5          # sub-contact numbers 0..4 are level-0 slots of a body
 N_WALL_SLOTS = 4          # 0..1 for a rod against a wall, 0..3 for a ring
 
 
-def _axis_half(kind, shape, Q):
-    """Unit axes (m, 3) and half lengths h = L/2 (m,) of spherocylinders given their quaternions."""
-    a = quaternion.to_matrix(Q)[:, :, 2]
+def _axis_half(kind, shape, Q, R=None):
+    """Unit axes (m, 3) and half lengths h = L/2 (m,) of spherocylinders given their quaternions (or their
+    rotation matrices R (m, 3, 3) when given)."""
+    a = (quaternion.to_matrix(Q) if R is None else R)[:, :, 2]
     return a, 0.5 * shape[:, 1]
 
 
-def rod_pair_end_rows(kind, shape, X, Q, ia, ib, geo, skin, dup_tol=1e-12):
+def rod_pair_end_rows(kind, shape, X, Q, ia, ib, geo, skin, dup_tol=1e-12, R=None):
     """End-point rows of rod-rod pairs (see module docstring).
 
     kind (m,), shape (m, 3), X (m, 3), Q (m, 4): combined body arrays; ``ia``, ``ib`` (p,) the pairs that have
     an SNSD row ``geo`` (ContactGeometry of length p).  Returns ``(pair (r,), sub (r,), ContactGeometry (r))``:
     for each extra row the index into the pair list, its slot (1..4) and its geometry (normal from j to i,
-    witness points on the two surfaces, sep [L]).
+    witness points on the two surfaces, sep [L]).  ``R`` (m, 3, 3): optional rotation matrices of ``Q``.
     """
     rods = np.flatnonzero((kind[ia] == SPHEROCYLINDER) & (kind[ib] == SPHEROCYLINDER)
                           & (shape[ia, 1] > 0) & (shape[ib, 1] > 0))
     if len(rods) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), _empty()
     i, j = ia[rods], ib[rods]
-    a_i, h_i = _axis_half(kind[i], shape[i], Q[i])
-    a_j, h_j = _axis_half(kind[j], shape[j], Q[j])
+    M_i = quaternion.to_matrix(Q[i]) if R is None else R[i]        # (k, 3, 3); axis = M[:, :, 2]
+    M_j = quaternion.to_matrix(Q[j]) if R is None else R[j]
+    h_i, h_j = 0.5 * shape[i, 1], 0.5 * shape[j, 1]
     R_i, R_j = shape[i, 0], shape[j, 0]
+    X_i, X_j = X[i], X[j]
     zero = np.zeros(len(rods))
+    # round-off margin of the skip test below (absolute, from the coordinate and body scales)
+    margin = 1e-9 * (1.0 + float(np.abs(X_i).max()) + float(np.abs(X_j).max()) + float(h_i.max())
+                     + float(h_j.max()) + float(R_i.max()) + float(R_j.max()) + abs(float(skin)))
     parts = []
     for slot, end_of_i, sgn in ((1, True, -1.0), (2, True, 1.0), (3, False, -1.0), (4, False, 1.0)):
+        # skip rows certified beyond the skin (they are dropped below anyway): the distance of an end point e
+        # to the other core is at least |e - c_other| - h_other (triangle inequality) and at least its distance
+        # to the core's line
         if end_of_i:      # end sphere of i (core of half length 0) against the core of j
-            e = X[i] + (sgn * h_i)[:, None] * a_i
-            r = capsule_capsule(e, a_i, zero, R_i, X[j], a_j, h_j, R_j)
+            e = X_i + (sgn * h_i)[:, None] * M_i[:, :, 2]
+            lb = _point_core_bound(e - X_j, M_j[:, :, 2], h_j)
         else:             # core of i against the end sphere of j
-            e = X[j] + (sgn * h_j)[:, None] * a_j
-            r = capsule_capsule(X[i], a_i, h_i, R_i, e, a_j, zero, R_j)
-        parts.append((np.full(len(rods), slot), r))
-    sub = np.concatenate([p[0] for p in parts])
-    pair = np.tile(rods, 4)
-    sep, nrm, p_i, p_j = (np.concatenate([p[1][k] for p in parts]) for k in range(4))
+            e = X_j + (sgn * h_j)[:, None] * M_j[:, :, 2]
+            lb = _point_core_bound(e - X_i, M_i[:, :, 2], h_i)
+        s = np.flatnonzero(lb - R_i - R_j <= skin + margin)
+        # the kernel gets the rows s of the very arrays it got before, in the same memory layout (axes as strided
+        # views of the matrices): its dot products' summation order depends on the layout, so the rows' results
+        # stay the same to the last bit
+        a_i, a_j = M_i[s][:, :, 2], M_j[s][:, :, 2]
+        if end_of_i:
+            r = capsule_capsule(e[s], a_i, zero[s], R_i[s], X_j[s], a_j, h_j[s], R_j[s])
+        else:
+            r = capsule_capsule(X_i[s], a_i, h_i[s], R_i[s], e[s], a_j, zero[s], R_j[s])
+        parts.append((s, np.full(len(s), slot), r))
+    sub = np.concatenate([p[1] for p in parts])
+    idx = np.concatenate([p[0] for p in parts])
+    pair = rods[idx]
+    sep, nrm, p_i, p_j = (np.concatenate([p[2][k] for p in parts]) for k in range(4))
     # drop rows outside the skin and rows that coincide with the pair's own SNSD row
-    scale = (R_i + R_j + h_i + h_j)[np.tile(np.arange(len(rods)), 4)]
-    same = (np.linalg.norm(p_i - geo.p_i[pair], axis=1) + np.linalg.norm(p_j - geo.p_j[pair], axis=1)
-            <= dup_tol * scale)
+    scale = (R_i + R_j + h_i + h_j)[idx]
+    same = norm_rows(p_i - geo.p_i[pair]) + norm_rows(p_j - geo.p_j[pair]) <= dup_tol * scale
     keep = (sep <= skin) & ~same
     g = ContactGeometry(sep=sep[keep], normal=nrm[keep], p_i=p_i[keep], p_j=p_j[keep],
                         converged=np.ones(int(keep.sum()), bool))
     return pair[keep], sub[keep].astype(np.int64), g
 
 
-def rod_wall_cap_rows(kind, shape, X, Q, wb, ww, wall_points, wall_normals, skin):
+def _point_core_bound(w, a, h):
+    """Lower bound (k,) on the distance of points c + w to the segments c + t a, |t| <= h (a unit): the larger of
+    |w| - h and the distance to the segment's line."""
+    ww = norm_rows(w)
+    t = w[:, 0] * a[:, 0] + w[:, 1] * a[:, 1] + w[:, 2] * a[:, 2]
+    return np.maximum(ww - h, np.sqrt(np.maximum(ww * ww - t * t, 0.0)))
+
+
+def rod_wall_cap_rows(kind, shape, X, Q, wb, ww, wall_points, wall_normals, skin, R=None):
     """End-cap rows of rods against walls (see module docstring).
 
     ``wb`` (w,) body indices, ``ww`` (w,) wall indices of the candidate rod-wall pairs (only rods with L > 0 are
     used).  Returns ``(cand (r,), sub (r,), ContactGeometry (r))``: index into the candidate list, slot (0 for
     the cap at -h, 1 at +h) and geometry (normal = wall normal, p_j = projection of p_i on the plane).
+    ``R`` (m, 3, 3): optional rotation matrices of ``Q``.
     """
     rods = np.flatnonzero((kind[wb] == SPHEROCYLINDER) & (shape[wb, 1] > 0))
     if len(rods) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), _empty()
     b = wb[rods]
-    a, h = _axis_half(kind[b], shape[b], Q[b])
+    a, h = _axis_half(kind[b], shape[b], Q[b], None if R is None else R[b])
     n = wall_normals[ww[rods]]
     w = wall_points[ww[rods]]
     centres = [(slot, X[b] + (sgn * h)[:, None] * a) for slot, sgn in ((0, -1.0), (1, 1.0))]

@@ -22,17 +22,31 @@ def candidate_pairs(x, r, skin, n_owned=None):
     if m < 2 or n_owned == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     rmax = float(r.max())
-    tree = cKDTree(x)
+    # sliding-midpoint splits without node compaction: a much cheaper build and a no slower query for the
+    # near-uniform body clouds here (the pair set is the same: every pair within the radius)
+    tree = cKDTree(x, balanced_tree=False, compact_nodes=False)
     pairs = tree.query_pairs(2 * rmax + skin, output_type="ndarray")
     if len(pairs) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     ia, ib = pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.int64)
-    d = np.linalg.norm(x[ia] - x[ib], axis=1)
+    d = pair_distance(x, ia, ib)
     keep = (d <= r[ia] + r[ib] + skin) & (np.minimum(ia, ib) < n_owned)
     ia, ib = ia[keep], ib[keep]
-    lo, hi = np.minimum(ia, ib), np.maximum(ia, ib)
-    order = np.lexsort((hi, lo))
-    return lo[order], hi[order]
+    # sorted by (lo, hi): one sort of int64 keys lo * m + hi (cheaper than a two-key lexsort)
+    key = np.sort(np.minimum(ia, ib) * m + np.maximum(ia, ib))
+    return key // m, key % m
+
+
+def pair_distance(x, ia, ib):
+    """|x[ia] - x[ib]| (k,), bit for bit np.linalg.norm(x[ia] - x[ib], axis=1) ((s0 + s1) + s2), computed on
+    contiguous coordinate columns (gathers and a sum of three squares instead of a strided reduction)."""
+    d2 = None
+    for k in range(3):
+        c = np.ascontiguousarray(x[:, k])
+        dk = c[ia] - c[ib]
+        dk *= dk
+        d2 = dk if d2 is None else d2 + dk
+    return np.sqrt(d2)
 
 
 def wall_candidates(x, r, skin, wall_points, wall_normals):

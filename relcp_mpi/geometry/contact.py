@@ -82,7 +82,7 @@ def _check_rings(kind, shape, what):
 
 
 def pair_snsd(kind_i, shape_i, x_i, q_i, kind_j, shape_j, x_j, q_j, *, tol=1e-12, check=True, max_iter=None,
-              hint=None):
+              hint=None, R_i=None, R_j=None):
     """Signed separation, shared normal and witness points for m pairs of bodies (any kinds).
 
     kind_*: (m,) int shape codes (or a scalar), shape_*: (m, 3) (or (3,)), x_*: (m, 3) centres,
@@ -100,6 +100,8 @@ def pair_snsd(kind_i, shape_i, x_i, q_i, kind_j, shape_j, x_j, q_j, *, tol=1e-12
     or useless hint, overlapping, not certified) take the hint-free path.  The result is the same certified
     optimum with or without hints (to the solver tolerance); bad hints only cost time.  Ignored for the
     other kind combinations (closed forms, or a 1-D bracketed search that a hint would not shorten).
+    R_i, R_j: optional (m, 3, 3) rotation matrices of q_i, q_j (``quaternion.to_matrix``) when the caller has
+    them already (the stepper computes them once per body and configuration); same result to the last bit.
     """
     x_i = np.asarray(x_i, dtype=float).reshape(-1, 3)
     m = x_i.shape[0]
@@ -131,8 +133,8 @@ def pair_snsd(kind_i, shape_i, x_i, q_i, kind_j, shape_j, x_j, q_j, *, tol=1e-12
     it_1d = 100 if max_iter is None else max_iter
     it_ring = 60 if max_iter is None else max_iter
 
-    R_i = quaternion.to_matrix(q_i)
-    R_j = quaternion.to_matrix(q_j)
+    R_i = quaternion.to_matrix(q_i) if R_i is None else np.asarray(R_i, dtype=float).reshape(m, 3, 3)
+    R_j = quaternion.to_matrix(q_j) if R_j is None else np.asarray(R_j, dtype=float).reshape(m, 3, 3)
     sep = np.full(m, np.nan)
     normal = np.full((m, 3), np.nan)
     p_i = np.full((m, 3), np.nan)
@@ -210,12 +212,13 @@ def pair_snsd(kind_i, shape_i, x_i, q_i, kind_j, shape_j, x_j, q_j, *, tol=1e-12
     return ContactGeometry(sep, normal, p_i, p_j, conv)
 
 
-def wall_snsd(kind, shape, x, q, wall_point, wall_normal):
+def wall_snsd(kind, shape, x, q, wall_point, wall_normal, R=None):
     """Signed separation of m bodies (body i) from m walls (plane point, unit normal into the allowed side).
 
     wall_point / wall_normal may be (3,) (one wall for all) or (m, 3).  The normal is renormalised.
     ``sep = min_{y in body} n . (y - wall_point)``; ``p_j`` is the projection of ``p_i`` on the plane.
-    All kinds, rings included (closed forms, see :mod:`relcp_mpi.geometry.wall`).
+    All kinds, rings included (closed forms, see :mod:`relcp_mpi.geometry.wall`).  ``R`` (m, 3, 3): optional
+    rotation matrices of ``q``.
     """
     x = np.asarray(x, dtype=float).reshape(-1, 3)
     m = x.shape[0]
@@ -226,6 +229,6 @@ def wall_snsd(kind, shape, x, q, wall_point, wall_normal):
     w = np.broadcast_to(np.asarray(wall_point, dtype=float), (m, 3))
     n = np.broadcast_to(np.asarray(wall_normal, dtype=float), (m, 3))
     n = n / np.linalg.norm(n, axis=1)[:, None]
-    R = quaternion.to_matrix(q)
+    R = quaternion.to_matrix(q) if R is None else np.asarray(R, dtype=float).reshape(m, 3, 3)
     sep, n, p_i, p_j = body_wall(kind, shape, x, R, w, n)
     return ContactGeometry(sep, n, p_i, p_j, np.ones(m, dtype=bool))

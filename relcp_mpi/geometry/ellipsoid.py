@@ -32,6 +32,8 @@ Optional warm start (``hint``): previous normals; see :func:`ellipsoid_vs_ellips
 """
 import numpy as np
 
+from . import ellipsoid_jit
+
 _EPS = np.finfo(float).eps
 
 
@@ -57,6 +59,8 @@ def closest_point_body(e, y, max_iter=100):
     e = np.asarray(e, dtype=float).reshape(-1, 3)
     y = np.asarray(y, dtype=float).reshape(-1, 3)
     m = y.shape[0]
+    if m >= ellipsoid_jit.MIN_ROWS and ellipsoid_jit.enabled():      # compiled twin, same bits
+        return ellipsoid_jit.closest_point_body(e, y, max_iter)
     emin = e.min(axis=1, keepdims=True)
     beta = (e - emin) * (e + emin) / emin ** 2          # >= 0, exactly 0 on the minimal axes
     alpha = e * y / emin ** 2
@@ -403,7 +407,11 @@ def _ee_newton(P, U, gtol, htol, max_iter, chunk=_CHUNK):
     are processed in blocks of ``chunk`` rows.
     Returns the final directions (3, n) and ``conv`` (n,) = gradient below ``gtol S`` and tangent Hessian
     largest eigenvalue below ``htol S`` (or f > 0, which implies it) at the returned direction.
+    With numba available the compiled per-pair iteration of :mod:`.ellipsoid_jit` runs instead for batches of
+    at least ``ellipsoid_jit.MIN_ROWS`` rows (same bits; small batches do not pay for importing numba).
     """
+    if U.shape[1] >= ellipsoid_jit.MIN_ROWS and ellipsoid_jit.enabled():
+        return ellipsoid_jit.ee_newton(P, U, gtol, htol, max_iter)
     n = U.shape[1]
     U = np.array(U, dtype=float, copy=True)
     conv = np.zeros(n, dtype=bool)

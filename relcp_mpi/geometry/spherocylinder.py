@@ -16,6 +16,8 @@ Degenerate cases (all deterministic, all give a unit normal):
 """
 import numpy as np
 
+from relcp_mpi.basics.rows import norm_rows
+
 _EPS = np.finfo(float).eps
 _EZ = np.array([0.0, 0.0, 1.0])
 
@@ -25,7 +27,7 @@ def _dot(a, b):
 
 
 def _unit_or(v, fallback, tiny=0.0):
-    nv = np.linalg.norm(v, axis=1)
+    nv = norm_rows(v)
     ok = nv > tiny
     out = np.where(ok[:, None], v / np.where(ok, nv, 1.0)[:, None], fallback)
     return out, ok
@@ -39,7 +41,7 @@ def perpendicular(a):
     use_x = np.abs(a[:, 0]) < 0.6
     w = np.where(use_x[:, None], ex, ey)
     v = np.cross(a, w)
-    return v / np.linalg.norm(v, axis=1)[:, None]
+    return v / norm_rows(v)[:, None]
 
 
 def closest_points_segments(c1, a1, h1, c2, a2, h2):
@@ -50,6 +52,12 @@ def closest_points_segments(c1, a1, h1, c2, a2, h2):
     step of iterative refinement on the residual; parallel segments: midpoint of the overlap interval.  Of the
     two candidate point pairs the closer one is kept (both are feasible, so this only ever helps).
     """
+    return _closest(c1, a1, h1, c2, a2, h2)[:4]
+
+
+def _closest(c1, a1, h1, c2, a2, h2):
+    """:func:`closest_points_segments` plus the intermediates :func:`core_normal` needs again:
+    ``s, t, P1, P2, r = c1 - c2, cr = a1 x a2, scale = |r| + h1 + h2``."""
     c1 = np.asarray(c1, dtype=float).reshape(-1, 3)
     c2 = np.asarray(c2, dtype=float).reshape(-1, 3)
     a1 = np.asarray(a1, dtype=float).reshape(-1, 3)
@@ -84,7 +92,7 @@ def closest_points_segments(c1, a1, h1, c2, a2, h2):
     t = np.where(inter, np.clip(t + dt, -h2, h2), t)
     PA1 = c1 + s[:, None] * a1
     PA2 = c2 + t[:, None] * a2
-    dA = np.linalg.norm(PA1 - PA2, axis=1)
+    dA = norm_rows(PA1 - PA2)
 
     # candidate B: parallel treatment (midpoint of the overlap of the projections of segment 2 on line 1)
     plo = -D - np.abs(B) * h2
@@ -97,49 +105,52 @@ def closest_points_segments(c1, a1, h1, c2, a2, h2):
     sp = np.where(overlap, sp, np.clip(B * tp - D, -h1, h1))
     PB1 = c1 + sp[:, None] * a1
     PB2 = c2 + tp[:, None] * a2
-    dB = np.linalg.norm(PB1 - PB2, axis=1)
+    dB = norm_rows(PB1 - PB2)
 
-    scale = np.linalg.norm(r, axis=1) + h1 + h2
+    scale = norm_rows(r) + h1 + h2
     useB = (~nonpar) | (dB <= dA + 4 * _EPS * scale) & (den < 1e-12) | (dB < dA)
     s = np.where(useB, sp, s)
     t = np.where(useB, tp, t)
     P1 = np.where(useB[:, None], PB1, PA1)
     P2 = np.where(useB[:, None], PB2, PA2)
-    return s, t, P1, P2
+    return s, t, P1, P2, r, cr, scale
 
 
 def core_normal(c1, a1, h1, c2, a2, h2, s, t, P1, P2):
     """Unit normal from the core point of 2 to that of 1 with the deterministic degenerate fallbacks."""
-    m = c1.shape[0]
-    diff = P1 - P2
-    dist = np.linalg.norm(diff, axis=1)
     r = c1 - c2
-    scale = np.linalg.norm(r, axis=1) + h1 + h2
+    return _core_normal(a1, h1, a2, h2, s, t, P1 - P2, r, np.cross(a1, a2), norm_rows(r) + h1 + h2)[0]
+
+
+def _core_normal(a1, h1, a2, h2, s, t, diff, r, cr, scale):
+    """:func:`core_normal` from the intermediates of :func:`_closest` (``diff = P1 - P2``); returns
+    ``(n, |diff|)``.  The crossing direction and the perpendicular fallback are evaluated only on the rows that
+    use them (row-wise arithmetic on contiguous rows: the same bits as evaluating them everywhere)."""
+    dist = norm_rows(diff)
     tiny = 64 * _EPS * np.maximum(scale, 1e-300)
     # crossing direction (only meaningful when both cores are segments and not parallel)
     seg1 = h1 > 0
     seg2 = h2 > 0
-    cr = np.cross(a1, a2)
-    crn = np.linalg.norm(cr, axis=1)
+    crn = norm_rows(cr)
     cross_ok = seg1 & seg2 & (crn > 1e-10)
-    cdir = cr / np.where(cross_ok, crn, 1.0)[:, None]
-    sgn = _dot(diff, cdir)
-    sgn = np.where(np.abs(sgn) > tiny, sgn, _dot(r, cdir))
-    cdir = np.where((sgn < 0)[:, None], -cdir, cdir)
     interior = (np.abs(s) < h1) & (np.abs(t) < h2)
-    # fallback for coincident points / collinear cores
-    ref = np.where(seg1[:, None], a1, np.where(seg2[:, None], a2, _EZ))
-    has_axis = seg1 | seg2
-    perp = perpendicular(ref)
-    perp = np.where((_dot(perp, r) < 0)[:, None], -perp, perp)
-    fb = np.where(has_axis[:, None], perp, _EZ)
-
     n = diff / np.where(dist > 0, dist, 1.0)[:, None]
     use_cross = cross_ok & ((interior & (crn > 1e-6)) | (dist <= tiny))
-    n = np.where(use_cross[:, None], cdir, n)
-    use_fb = (~use_cross) & (dist <= tiny)
-    n = np.where(use_fb[:, None], fb, n)
-    return n
+    rows = np.flatnonzero(use_cross)
+    if rows.size:
+        cdir = cr[rows] / crn[rows, None]
+        sgn = _dot(diff[rows], cdir)
+        sgn = np.where(np.abs(sgn) > tiny[rows], sgn, _dot(r[rows], cdir))
+        n[rows] = np.where((sgn < 0)[:, None], -cdir, cdir)
+    # fallback for coincident points / collinear cores
+    rows = np.flatnonzero((~use_cross) & (dist <= tiny))
+    if rows.size:
+        s1, s2 = seg1[rows], seg2[rows]
+        ref = np.where(s1[:, None], a1[rows], np.where(s2[:, None], a2[rows], _EZ))
+        perp = perpendicular(ref)
+        perp = np.where((_dot(perp, r[rows]) < 0)[:, None], -perp, perp)
+        n[rows] = np.where((s1 | s2)[:, None], perp, _EZ)
+    return n, dist
 
 
 def capsule_capsule(c_i, a_i, h_i, R_i, c_j, a_j, h_j, R_j):
@@ -157,9 +168,8 @@ def capsule_capsule(c_i, a_i, h_i, R_i, c_j, a_j, h_j, R_j):
     h_j = np.broadcast_to(np.asarray(h_j, dtype=float), (m,))
     R_i = np.broadcast_to(np.asarray(R_i, dtype=float), (m,))
     R_j = np.broadcast_to(np.asarray(R_j, dtype=float), (m,))
-    s, t, P1, P2 = closest_points_segments(c_i, a_i, h_i, c_j, a_j, h_j)
-    n = core_normal(c_i, a_i, h_i, c_j, a_j, h_j, s, t, P1, P2)
-    dist = np.linalg.norm(P1 - P2, axis=1)
+    s, t, P1, P2, r, cr, scale = _closest(c_i, a_i, h_i, c_j, a_j, h_j)
+    n, dist = _core_normal(a_i, h_i, a_j, h_j, s, t, P1 - P2, r, cr, scale)
     sep = dist - R_i - R_j
     p_i = P1 - R_i[:, None] * n
     p_j = P2 + R_j[:, None] * n

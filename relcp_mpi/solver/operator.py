@@ -138,18 +138,8 @@ class _ContactCtx:
         if self._diag is not None:
             return self._diag
         indptr, cols, vals = self.D.getValuesCSR()
-        nrow = indptr.size - 1
-        row = np.repeat(np.arange(nrow), np.diff(indptr))
-        body = row // 6
-        comp = row % 6
-        ncol_glob = self.D.getSize()[1]
-        key = body.astype(np.int64) * max(ncol_glob, 1) + cols.astype(np.int64)
-        ukey, inv = np.unique(key, return_inverse=True)
-        dbc = np.zeros((ukey.size, 6))
-        np.add.at(dbc, (inv, comp), vals)
-        ub = (ukey // max(ncol_glob, 1)).astype(np.int64)
-        uc = (ukey % max(ncol_glob, 1)).astype(PETSc.IntType)
-        contrib = np.einsum("ki,kij,kj->k", dbc, self.blocks[ub], dbc) if ukey.size else np.zeros(0)
+        ub, uc, dbc = _body_column_blocks(indptr, cols, vals, self.D.getSize()[1])
+        contrib = np.einsum("ki,kij,kj->k", dbc, self.blocks[ub], dbc) if ub.size else np.zeros(0)
         dv = template.duplicate()
         dv.set(0.0)
         if uc.size:
@@ -158,6 +148,39 @@ class _ContactCtx:
         self._diag = dv.getArray(readonly=True).copy()
         dv.destroy()
         return self._diag
+
+
+def _body_column_blocks(indptr, cols, vals, ncol_glob):
+    """The 6-vectors D_{b,:,c} of every (body b, column c) pair present in the local CSR rows of D.
+
+    Returns ``(ub (k,), uc (k,), dbc (k, 6))`` ordered by body, then column.  D as assembled here stores the six
+    dof rows of a body with one column pattern (each constraint writes a full 6-vector), so the pairs are read off
+    the first row of each body in O(nnz); any other pattern takes the general path (a sort of the entries).
+    ``+ 0.0`` / ``bincount``: the same bits either way (-0.0 entries become 0.0)."""
+    nrow = indptr.size - 1
+    rowlen = np.diff(indptr)
+    row = np.repeat(np.arange(nrow), rowlen)
+    body = row // 6
+    comp = row % 6
+    nnz = cols.size
+    if nrow % 6 == 0 and nnz:
+        nb = rowlen[0::6]
+        if np.all(rowlen.reshape(-1, 6) == nb[:, None]):
+            pos = np.arange(nnz) - indptr[row]
+            ref = indptr[6 * body] + pos
+            if np.array_equal(cols, cols[ref]):
+                k = (np.cumsum(nb) - nb)[body] + pos
+                dbc = np.zeros((int(nb.sum()), 6))
+                dbc[k, comp] = vals + 0.0
+                first = comp == 0
+                return body[first].astype(np.int64), cols[first].astype(PETSc.IntType), dbc
+    nc = max(ncol_glob, 1)
+    key = body.astype(np.int64) * nc + cols.astype(np.int64)
+    ukey, inv = np.unique(key, return_inverse=True)
+    # scatter-add of the entries into their (body, column) 6-vectors; bincount accumulates in the same order
+    # as np.add.at (bit-identical), an order of magnitude faster
+    dbc = np.bincount(inv.astype(np.int64) * 6 + comp, weights=vals, minlength=6 * ukey.size).reshape(-1, 6)
+    return (ukey // nc).astype(np.int64), (ukey % nc).astype(PETSc.IntType), dbc
 
 
 class ContactOperator(PETSc.Mat):

@@ -23,12 +23,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from relcp_mpi.contact.constraints import ConstraintTable, assemble_D, lookup_keys, match_keys
+from relcp_mpi.basics import quaternion
+from relcp_mpi.basics.rows import norm_rows
 from relcp_mpi.bodies.shapes import ELLIPSOID
 from relcp_mpi.contact.line_contacts import (N_PAIR_SLOTS, N_WALL_SLOTS, ring_wall_rows, rod_pair_end_rows,
                                              rod_wall_cap_rows)
-from relcp_mpi.contact.neighbors import candidate_pairs, wall_candidates
+from relcp_mpi.contact.neighbors import pair_distance, candidate_pairs, wall_candidates
 from relcp_mpi.geometry.contact import pair_snsd, wall_snsd
-from relcp_mpi.geometry.support import separation_lower_bound
+from relcp_mpi.geometry.support import pair_lower_bound, separation_lower_bound
 from relcp_mpi.petsc import get_petsc
 from relcp_mpi.solver.lcp import SolverError, solve_lcp
 from relcp_mpi.stepper import lcp_debug
@@ -155,9 +157,11 @@ def _solve(A, qv, gv, prm):
                               result=first.result) from second
 
 
-def _pair_geometry(inp, X, Q, ia, ib, tol, hint=None):
+def _pair_geometry(inp, X, Q, ia, ib, tol, hint=None, R=None):
+    """Geometry of the pairs (ia, ib) at the configuration (X, Q); ``R`` = rotation matrices of Q (per body)."""
     return pair_snsd(inp.kind[ia], inp.shape[ia], X[ia], Q[ia], inp.kind[ib], inp.shape[ib], X[ib], Q[ib],
-                     tol=tol, check=True, hint=hint)
+                     tol=tol, check=True, hint=hint, R_i=None if R is None else R[ia],
+                     R_j=None if R is None else R[ib])
 
 
 class _HintCache:
@@ -188,12 +192,15 @@ class _HintCache:
         self.keys, self.normals = u, nn[first]
 
 
-def _screen(inp, X, Q, ia, ib, hint, threshold):
+def _screen(inp, X, Q, ia, ib, hint, threshold, R=None):
     """Mask of the pairs that may be closer than ``threshold`` (certified support-function lower bound)."""
     if len(ia) == 0:
         return np.zeros(0, bool)
-    lb = separation_lower_bound(inp.kind[ia], inp.shape[ia], X[ia], Q[ia], inp.kind[ib], inp.shape[ib], X[ib],
-                                Q[ib], hint=hint)
+    if R is None:
+        lb = separation_lower_bound(inp.kind[ia], inp.shape[ia], X[ia], Q[ia], inp.kind[ib], inp.shape[ib],
+                                    X[ib], Q[ib], hint=hint)
+    else:
+        lb = pair_lower_bound(inp.kind, inp.shape, X, R, ia, ib, hint=hint)
     return lb <= threshold
 
 
@@ -210,8 +217,9 @@ def _level0_hint(inp, ia, ib):
     return match_keys(keys, inp.warm_keys, inp.warm_values[:, 1:4], default=np.nan)
 
 
-def _wall_geometry(inp, X, Q, wb, ww):
-    return wall_snsd(inp.kind[wb], inp.shape[wb], X[wb], Q[wb], inp.wall_points[ww], inp.wall_normals[ww])
+def _wall_geometry(inp, X, Q, wb, ww, R=None):
+    return wall_snsd(inp.kind[wb], inp.shape[wb], X[wb], Q[wb], inp.wall_points[ww], inp.wall_normals[ww],
+                     R=None if R is None else R[wb])
 
 
 def _own_pairs(inp, ia, ib):
@@ -283,15 +291,16 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
         else:
             # pairs certified farther apart than the skin (support-function bound) need no kernel and no row
             # (line of centres first; then the previous normals, looked up only for the survivors)
-            close = _screen(inp, X0, Q0, ia, ib, None, prm.skin)
+            R0 = quaternion.to_matrix(Q0)        # once per body, not per pair
+            close = _screen(inp, X0, Q0, ia, ib, None, prm.skin, R0)
             ia, ib = ia[close], ib[close]
             hint0 = _level0_hint(inp, ia, ib)
             if hint0 is not None:
-                close = _screen(inp, X0, Q0, ia, ib, hint0, prm.skin)
+                close = _screen(inp, X0, Q0, ia, ib, hint0, prm.skin, R0)
                 ia, ib, hint0 = ia[close], ib[close], hint0[close]
-            geo = _pair_geometry(inp, X0, Q0, ia, ib, prm.geometry_tol, hint=hint0)
+            geo = _pair_geometry(inp, X0, Q0, ia, ib, prm.geometry_tol, hint=hint0, R=R0)
             cache.update(ia, ib, geo.normal)
-            wgeo = _wall_geometry(inp, X0, Q0, wb, ww)
+            wgeo = _wall_geometry(inp, X0, Q0, wb, ww, R0)
             # rows only for pairs whose smooth surfaces are within the skin (bounding-sphere candidates that are
             # farther apart cannot touch within the step; the trial check would catch them if they did)
             near = geo.sep <= prm.skin
@@ -300,7 +309,7 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
             wb, ww, wgeo = wb[wnear], ww[wnear], _subset(wgeo, wnear)
             table.append(**_rows(inp, geo, ia, ib, X0, np.zeros(len(ia), np.int64), np.zeros(len(ia))))
             if prm.line_contacts and prm.model == "relcp":
-                _line_contact_level0(inp, prm, X0, Q0, ia, ib, geo, wb, ww, wgeo, table)
+                _line_contact_level0(inp, prm, X0, Q0, ia, ib, geo, wb, ww, wgeo, table, R0)
             else:
                 table.append(**_rows(inp, wgeo, wb, -1 - ww, X0, np.zeros(len(wb), np.int64), np.zeros(len(wb))))
     # candidate set for the overlap checks: body pairs as (ia, ib), walls as (wb, ww)
@@ -383,7 +392,7 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
         # surface points of a body move by at most dt (|v| + |omega| r_bound) in the step; if no two bodies can
         # close a gap of the skin together, no pair outside the candidate set can overlap at the trial
         # configuration and the neighbour search need not be repeated (one scalar allreduce)
-        reach = dt * (np.linalg.norm(U_trial[:, :3], axis=1) + np.linalg.norm(U_trial[:, 3:], axis=1) * inp.bound[:n])
+        reach = dt * (norm_rows(U_trial[:, :3]) + norm_rows(U_trial[:, 3:]) * inp.bound[:n])
         # rotation of the bodies of the LCP's rows from the start to the trial configuration (the range over which
         # the rows' lever arms and normals are extrapolated); bodies without rows may rotate freely
         rot = 2.0 * np.arccos(np.minimum(np.abs(np.einsum("ij,ij->i", Q0, Qt)), 1.0))
@@ -406,7 +415,7 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
             cand_walls = _union_pairs(cand_walls, nwb, nww, max(len(inp.wall_points), 1))
         # only pairs whose bounding spheres intersect can overlap (sep >= |dx| - r_i - r_j): skip the rest
         pa, pb = cand_pairs[:, 0], cand_pairs[:, 1]
-        lb = np.linalg.norm(Xt[pa] - Xt[pb], axis=1) - inp.bound[pa] - inp.bound[pb]
+        lb = pair_distance(Xt, pa, pb) - inp.bound[pa] - inp.bound[pb]
         pa, pb = pa[lb < 0], pb[lb < 0]
         cw = cand_walls
         if len(cw):
@@ -414,12 +423,13 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
                 - inp.bound[cw[:, 0]]
             cw = cw[lbw < 0]
         hint = cache.get(pa, pb)
+        Rt = quaternion.to_matrix(Qt)
         # pairs certified non-overlapping by a support-function bound cannot need a row (nor raise the overlap)
-        maybe = _screen(inp, Xt, Qt, pa, pb, hint, 0.0)
+        maybe = _screen(inp, Xt, Qt, pa, pb, hint, 0.0, Rt)
         pa, pb, hint = pa[maybe], pb[maybe], hint[maybe]
-        tgeo = _pair_geometry(inp, Xt, Qt, pa, pb, prm.geometry_tol, hint=hint)
+        tgeo = _pair_geometry(inp, Xt, Qt, pa, pb, prm.geometry_tol, hint=hint, R=Rt)
         cache.update(pa, pb, tgeo.normal)
-        twgeo = _wall_geometry(inp, Xt, Qt, cw[:, 0], cw[:, 1])
+        twgeo = _wall_geometry(inp, Xt, Qt, cw[:, 0], cw[:, 1], Rt)
         min_sep_local = min(tgeo.sep.min(initial=np.inf), twgeo.sep.min(initial=np.inf))
         bad_p = tgeo.sep < -prm.overlap_tol
         bad_w = twgeo.sep < -prm.overlap_tol
@@ -475,15 +485,15 @@ def _multisphere_level0(inp, prm, X, Q, ia, ib, wb, ww, table):
     table.append(**_rows(inp, w["geo"], bw, -1 - iw, X, np.asarray(w["sub"], np.int64), np.zeros(len(bw))))
 
 
-def _line_contact_level0(inp, prm, X, Q, ia, ib, geo, wb, ww, wgeo, table):
+def _line_contact_level0(inp, prm, X, Q, ia, ib, geo, wb, ww, wgeo, table, R=None):
     """Level-0 rows of line contacts (:mod:`relcp_mpi.contact.line_contacts`): end-point rows of rod pairs
     next to their SNSD rows (already in ``table``), the wall rows of rods as one row per end cap (the SNSD wall
     row of a rod is one of its caps), and three more centre-circle rows of rings next to their SNSD wall row;
     other bodies keep their SNSD wall row."""
-    pair, sub, g = rod_pair_end_rows(inp.kind, inp.shape, X, Q, ia, ib, geo, prm.skin)
+    pair, sub, g = rod_pair_end_rows(inp.kind, inp.shape, X, Q, ia, ib, geo, prm.skin, R=R)
     table.append(**_rows(inp, g, ia[pair], ib[pair], X, sub, np.zeros(len(pair))))
     cand, wsub, wg = rod_wall_cap_rows(inp.kind, inp.shape, X, Q, wb, ww, inp.wall_points, inp.wall_normals,
-                                       prm.skin)
+                                       prm.skin, R=R)
     other = np.ones(len(wb), bool)
     other[cand] = False
     table.append(**_rows(inp, _subset(wgeo, other), wb[other], -1 - ww[other], X,
