@@ -21,7 +21,7 @@ from relcp_mpi.parallel import decomposition as pdecomp
 from relcp_mpi.parallel.box import Box, LeesEdwards
 
 # warm-start table keys: (gid_i, gid_j, sub-contact index) of a constraint row (as StepResult.warm_table)
-WARM_KEY_DTYPE = [("a", np.int64), ("b", np.int64), ("k", np.int64)]
+WARM_KEY_DTYPE = [("gid_i", np.int64), ("gid_j", np.int64), ("sub", np.int64)]
 
 
 def empty_warm():

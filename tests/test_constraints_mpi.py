@@ -49,7 +49,7 @@ def test_distributed_D_matches_dense():
     t = ConstraintTable()
     t.append(ia=[idx[g] for g in pi[mine_c]], ib=[idx[g] if g >= 0 else -1 for g in pj[mine_c]],
              gid_i=pi[mine_c], gid_j=pj[mine_c], sub=np.zeros(len(mine_c)), normal=n[mine_c], r_i=ri[mine_c],
-             r_j=rj[mine_c], q=np.zeros(len(mine_c)), sep0=np.zeros(len(mine_c)))
+             r_j=rj[mine_c], gap_free=np.zeros(len(mine_c)), sep0=np.zeros(len(mine_c)))
     counts = comm.allgather(len(t))
     D = assemble_D(t, row_of[local], starts, comm, int(sum(counts[:r])), C)
     Dd = _dense_D(N, pi, pj, n, ri, rj)
@@ -78,9 +78,9 @@ def test_distributed_D_matches_dense():
 def test_match_keys():
     t = ConstraintTable()
     t.append(ia=[0, 1, 2], ib=[1, 2, -1], gid_i=[5, 5, 9], gid_j=[7, 8, -1], sub=[0, 1, 0],
-             normal=np.zeros((3, 3)), r_i=np.zeros((3, 3)), r_j=np.zeros((3, 3)), q=np.zeros(3), sep0=np.zeros(3))
+             normal=np.zeros((3, 3)), r_i=np.zeros((3, 3)), r_j=np.zeros((3, 3)), gap_free=np.zeros(3), sep0=np.zeros(3))
     old = ConstraintTable()
     old.append(ia=[0, 0], ib=[0, 0], gid_i=[9, 5], gid_j=[-1, 8], sub=[0, 1], normal=np.zeros((2, 3)),
-               r_i=np.zeros((2, 3)), r_j=np.zeros((2, 3)), q=np.zeros(2), sep0=np.zeros(2))
+               r_i=np.zeros((2, 3)), r_j=np.zeros((2, 3)), gap_free=np.zeros(2), sep0=np.zeros(2))
     v = match_keys(t.keys(), old.keys(), np.array([3.0, 4.0]))
     assert v.tolist() == [0.0, 4.0, 3.0]

@@ -35,8 +35,8 @@ def test_norm_rows_is_numpy_norm(m):
 
 
 def _structured(a, b, k):
-    out = np.empty(len(a), dtype=[("a", np.int64), ("b", np.int64), ("k", np.int64)])
-    out["a"], out["b"], out["k"] = a, b, k
+    out = np.empty(len(a), dtype=[("gid_i", np.int64), ("gid_j", np.int64), ("sub", np.int64)])
+    out["gid_i"], out["gid_j"], out["sub"] = a, b, k
     return out
 
 

@@ -12,7 +12,8 @@ Arrays (c = number of local constraints):
 * ``level`` int64 (c,): the recursion level that appended the row (0 = rows of the start configuration)
 * ``normal`` (c, 3), ``r_i`` (c, 3), ``r_j`` (c, 3): unit normal (j -> i) and lever arms p - x of the witness
   points relative to the body centres, at the configuration where the row was generated
-* ``q`` (c,): the LCP constant in length units, q = Phi0 + dt D^T U_ext (see ``stepper.relcp``)
+* ``gap_free`` (c,): the LCP constant q [L], the gap each row predicts for the step without contact forces,
+  q = Phi0 + dt D^T U_ext (see ``stepper.relcp``; named so that ``q`` stays the quaternion of a body)
 * ``sep0`` (c,): the separation measured when the row was generated [L]
 """
 import numpy as np
@@ -23,7 +24,7 @@ from relcp_mpi.petsc import get_petsc
 _INT = ("ia", "ib", "gid_i", "gid_j", "sub", "level")
 _OPTIONAL = {"level": 0}        # columns that may be omitted in append (filled with this value)
 _VEC = ("normal", "r_i", "r_j")
-_SCAL = ("q", "sep0")
+_SCAL = ("gap_free", "sep0")
 
 
 class ConstraintTable:
@@ -64,8 +65,8 @@ class ConstraintTable:
 
     def keys(self):
         """Structured (gid_i, gid_j, sub) keys for warm-start matching, shape (c,)."""
-        k = np.empty(len(self), dtype=[("a", np.int64), ("b", np.int64), ("k", np.int64)])
-        k["a"], k["b"], k["k"] = self.gid_i, self.gid_j, self.sub
+        k = np.empty(len(self), dtype=[("gid_i", np.int64), ("gid_j", np.int64), ("sub", np.int64)])
+        k["gid_i"], k["gid_j"], k["sub"] = self.gid_i, self.gid_j, self.sub
         return k
 
 

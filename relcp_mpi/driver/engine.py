@@ -139,18 +139,18 @@ class StepEngine:
             keys, vals = empty_warm()
         b = st.bodies
         order = np.argsort(b.gid)
-        pos = np.searchsorted(b.gid[order], keys["a"])
-        ok = (pos < len(b)) & (b.gid[order][np.minimum(pos, max(len(b) - 1, 0))] == keys["a"]) if len(b) else \
+        pos = np.searchsorted(b.gid[order], keys["gid_i"])
+        ok = (pos < len(b)) & (b.gid[order][np.minimum(pos, max(len(b) - 1, 0))] == keys["gid_i"]) if len(b) else \
             np.zeros(len(keys), bool)
         keys, vals = keys[ok], vals[ok]
         idx = order[pos[ok]]
         dest = st.decomp.owner(self.box.wrap(b.x[idx], st.shear_offset)) if len(idx) else np.zeros(0, np.int64)
-        rows = np.stack([keys["a"], keys["b"], keys["k"]], axis=1).astype(np.float64) if len(keys) else \
+        rows = np.stack([keys["gid_i"], keys["gid_j"], keys["sub"]], axis=1).astype(np.float64) if len(keys) else \
             np.zeros((0, 3))
         recv = exchange_rows(np.concatenate([rows, vals], axis=1) if len(keys) else np.zeros((0, 7)),
                              dest, self.comm)
         k = np.empty(len(recv), dtype=keys.dtype)
-        k["a"], k["b"], k["k"] = (np.rint(recv[:, c]).astype(np.int64) for c in range(3))
+        k["gid_i"], k["gid_j"], k["sub"] = (np.rint(recv[:, c]).astype(np.int64) for c in range(3))
         st.warm = (k, recv[:, 3:].copy())
 
     def _refresh(self, x_owned, q_owned, bodies, elapsed=0.0):

@@ -38,7 +38,7 @@ def write_state(st, deck, deck_text, comm):
     keys, vals = st.warm
     warm = None
     if keys is not None:
-        warm = {"gid_i": keys["a"], "gid_j": keys["b"], "sub": keys["k"], "gamma": vals[:, 0],
+        warm = {"gid_i": keys["gid_i"], "gid_j": keys["gid_j"], "sub": keys["sub"], "gamma": vals[:, 0],
                 "hint_x": vals[:, 1], "hint_y": vals[:, 2], "hint_z": vals[:, 3]}
     meta = {"step": int(st.step), "time": float(st.time), "dt": float(st.dt),
             "deck": deck_text if deck_text else deck.raw,
@@ -156,7 +156,7 @@ def read_state(path, deck, comm, allow_deck_changes=()):
     st.warm = adopt_warm(_warm_from_columns(warm), st.bodies, comm)
     # work per body of the last step (1 + its constraint rows = its warm-start rows), for rebalancing
     b = st.bodies
-    idx = np.searchsorted(b.gid, st.warm[0]["a"]) if len(b) else np.zeros(0, np.int64)
+    idx = np.searchsorted(b.gid, st.warm[0]["gid_i"]) if len(b) else np.zeros(0, np.int64)
     st.work = 1.0 + np.bincount(idx, minlength=len(b)).astype(np.float64)
     return st, meta, path
 
@@ -177,7 +177,7 @@ def _warm_from_columns(warm):
     if not warm or "gid_i" not in warm:
         return empty_warm()
     keys = np.empty(len(warm["gid_i"]), dtype=WARM_KEY_DTYPE)
-    keys["a"], keys["b"], keys["k"] = warm["gid_i"], warm["gid_j"], warm["sub"]
+    keys["gid_i"], keys["gid_j"], keys["sub"] = warm["gid_i"], warm["gid_j"], warm["sub"]
     vals = np.full((len(keys), 4), np.nan)
     vals[:, 0] = warm["gamma"]
     if all(c in warm for c in ("hint_x", "hint_y", "hint_z")):
@@ -198,7 +198,7 @@ def adopt_warm(warm, bodies, comm):
     # int64 rows (the multiplier and the hint travel as their bit patterns: exact)
     rows = np.zeros((len(keys), 7), dtype=np.int64)
     if len(keys):
-        rows[:, 0], rows[:, 1], rows[:, 2] = keys["a"], keys["b"], keys["k"]
+        rows[:, 0], rows[:, 1], rows[:, 2] = keys["gid_i"], keys["gid_j"], keys["sub"]
         rows[:, 3:] = np.ascontiguousarray(vals, dtype=np.float64).view(np.int64)
     at_dir = exchange_rows(rows, np.mod(rows[:, 0], P), comm, dtype=np.int64)
     gid = np.asarray(bodies.gid, dtype=np.int64)
@@ -212,5 +212,5 @@ def adopt_warm(warm, bodies, comm):
     dest = own[order, 1][pc[hit]] if len(og) else np.zeros(0, np.int64)
     got = exchange_rows(at_dir[hit], dest, comm, dtype=np.int64)
     k = np.empty(len(got), dtype=WARM_KEY_DTYPE)
-    k["a"], k["b"], k["k"] = got[:, 0], got[:, 1], got[:, 2]
+    k["gid_i"], k["gid_j"], k["sub"] = got[:, 0], got[:, 1], got[:, 2]
     return k, np.ascontiguousarray(got[:, 3:]).view(np.float64).copy()

@@ -41,7 +41,7 @@ class LcpDebug:
 def _gather(comm, D, inp, dt, table, gamma, info):
     from relcp_mpi.contact.lcp_dump import gather_lcp
     n = inp.n_owned
-    return gather_lcp(comm, D, inp.blocks, dt, table.q, gamma, table, inp.gid[:n], info)
+    return gather_lcp(comm, D, inp.blocks, dt, table.gap_free, gamma, table, inp.gid[:n], info)
 
 
 def _path(dbg, depth, fail):

@@ -12,6 +12,9 @@ Length-unit LCP of a step, for the constraint rows k present at a recursion leve
   equals the measured trial separation (this is the "whole grown LCP, warm started" variant: the previous
   gamma is kept for old rows, zero for new rows, and the full LCP is re-solved).
 
+In the code the LCP constant q of the rows is ``table.gap_free`` (and ``gap_v`` as a PETSc Vec): ``q``, ``Q0``,
+``qt`` are quaternions there, as in the body store.
+
 After each solve U = U_ext + M D gamma, every body is re-stepped from the START configuration (trial), ghosts
 are refreshed, the neighbour search is re-run at the trial configuration (pairs that come into contact during
 the step are not missed), and the SNSD of every candidate pair is evaluated there.  The decision "any pair
@@ -132,14 +135,14 @@ class StepWorkspace:
 FALLBACK_MIN_ITER = 200
 
 
-def _solve(A, qv, gv, prm):
+def _solve(A, gap_v, gv, prm):
     """Solve the level's LCP with the deck's method; if that fails and ``prm.fallback`` names another method,
     solve it again with that one from the same initial guess (the failed iterate is dropped).  Collective (every
     rank sees the same failure).  Returns ``(result, None)``, or ``(fallback result, iterations of the failed
     solve)``; raises SolverError naming both methods when both fail."""
     x0 = gv.getArray().copy()
     try:
-        return solve_lcp(A, qv, gv, method=prm.method, tol=prm.tol, max_iter=prm.max_iter, raise_on_fail=True,
+        return solve_lcp(A, gap_v, gv, method=prm.method, tol=prm.tol, max_iter=prm.max_iter, raise_on_fail=True,
                          **prm.options), None
     except SolverError as first:
         if not prm.fallback or prm.fallback == prm.method:
@@ -148,7 +151,7 @@ def _solve(A, qv, gv, prm):
         try:
             # at least FALLBACK_MIN_ITER iterations: a max_iter sized for a first-order method must not starve an
             # interior-point fallback (ipm caps itself at max_newton)
-            return solve_lcp(A, qv, gv, method=prm.fallback, tol=prm.tol,
+            return solve_lcp(A, gap_v, gv, method=prm.fallback, tol=prm.tol,
                              max_iter=max(prm.max_iter, FALLBACK_MIN_ITER), raise_on_fail=True), first.iterations
         except SolverError as second:
             raise SolverError(first.method, first.iterations, first.residual, first.tol, first.history,
@@ -213,7 +216,7 @@ def _level0_hint(inp, ia, ib):
     if inp.warm_keys is None or len(ia) == 0 or not _any_ellipsoid_pair(inp, ia, ib):
         return None
     keys = np.empty(len(ia), dtype=inp.warm_keys.dtype)
-    keys["a"], keys["b"], keys["k"] = inp.gid[ia], inp.gid[ib], 0
+    keys["gid_i"], keys["gid_j"], keys["sub"] = inp.gid[ia], inp.gid[ib], 0
     return match_keys(keys, inp.warm_keys, inp.warm_values[:, 1:4], default=np.nan)
 
 
@@ -243,14 +246,14 @@ def _candidates(inp, X, skin):
     return ia, ib, wb, ww
 
 
-def _rows(inp, geo, ia, ib, X, subs, q_const):
+def _rows(inp, geo, ia, ib, X, subs, gap_free):
     """Columns dict for ConstraintTable.append from a ContactGeometry."""
     wall = ib < 0
     xi = X[ia]
     xj = np.where(wall[:, None], geo.p_j, X[np.where(wall, 0, ib)])
     return dict(ia=ia, ib=ib, gid_i=inp.gid[ia],
                 gid_j=np.where(wall, -1 - np.maximum(-ib - 1, 0), inp.gid[np.where(wall, 0, ib)]),
-                sub=subs, normal=geo.normal, r_i=geo.p_i - xi, r_j=geo.p_j - xj, q=q_const, sep0=geo.sep)
+                sub=subs, normal=geo.normal, r_i=geo.p_i - xi, r_j=geo.p_j - xj, gap_free=gap_free, sep0=geo.sep)
 
 
 def _bodyvec(PETSc, D, arr):
@@ -342,15 +345,15 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
         D.multTranspose(Uext_v, tmp)               # D^T U_ext
         DtU = tmp.getArray().copy()
         if depth == 0:                             # collective branch: same on every rank
-            table.q[:] = table.sep0 + dt * DtU
+            table.gap_free[:] = table.sep0 + dt * DtU
             if inp.image_velocity is not None:
-                table.q[:] += dt * _image_gap_rate(inp, table)
+                table.gap_free[:] += dt * _image_gap_rate(inp, table)
         else:
             # appended rows: q = sep_trial - dt D^T (U_trial - U_ext)
             new = slice(level_start, c)
             Ut_v = _bodyvec(PETSc, D, U_trial)
             D.multTranspose(Ut_v, tmp)
-            table.q[new] = table.sep0[new] - dt * (tmp.getArray()[new] - DtU[new])
+            table.gap_free[new] = table.sep0[new] - dt * (tmp.getArray()[new] - DtU[new])
             Ut_v.destroy()
         # ---- solve --------------------------------------------------------------------------------------
         if workspace.op is None:
@@ -358,14 +361,14 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
         else:
             workspace.op.update(D, scaled_blocks)
         A = workspace.op
-        qv = D.createVecRight()
-        qv.getArray()[:] = table.q
+        gap_v = D.createVecRight()       # the LCP constant q (PETSc Vec; q alone names quaternions here)
+        gap_v.getArray()[:] = table.gap_free
         gv = D.createVecRight()
         gv.getArray()[:] = np.maximum(gamma, 0.0)
         T.stop("assembly")
         with T.stage("solve"):
             try:
-                res, extra = _solve(A, qv, gv, prm)
+                res, extra = _solve(A, gap_v, gv, prm)
             except SolverError as exc:           # every rank: dump / explain the failed LCP, then fail
                 lcp_debug.on_failure(prm.debug, exc, comm, D, inp, dt, table, gv.getArray(), depth)
                 raise
@@ -381,7 +384,7 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
         D.mult(gv, Fv)
         F = Fv.getArray().reshape(n, 6).copy()
         U_trial = U_ext + np.einsum("nij,nj->ni", inp.blocks, F)
-        for v in (Uext_v, tmp, qv, gv, Fv):
+        for v in (Uext_v, tmp, gap_v, gv, Fv):
             v.destroy()
         xt, qt = advance(X0[:n], Q0[:n], U_trial, dt)
         xg, qg = inp.refresh(xt, qt)
@@ -536,11 +539,11 @@ def _next_sub(table, gi, gj, first=1):
         return np.zeros(0, np.int64)
     if len(table) == 0:        # no earlier row on this rank (e.g. the pair met from outside the skin)
         return np.full(len(gi), first, np.int64)
-    keys = np.empty(len(gi), dtype=[("a", np.int64), ("b", np.int64)])
-    keys["a"], keys["b"] = gi, gj
-    tk = np.empty(len(table), dtype=[("a", np.int64), ("b", np.int64)])
-    tk["a"], tk["b"] = table.gid_i, table.gid_j
-    order = np.lexsort((table.sub, tk["b"], tk["a"]))
+    keys = np.empty(len(gi), dtype=[("gid_i", np.int64), ("gid_j", np.int64)])
+    keys["gid_i"], keys["gid_j"] = gi, gj
+    tk = np.empty(len(table), dtype=[("gid_i", np.int64), ("gid_j", np.int64)])
+    tk["gid_i"], tk["gid_j"] = table.gid_i, table.gid_j
+    order = np.lexsort((table.sub, tk["gid_j"], tk["gid_i"]))
     tk_s, sub_s = tk[order], table.sub[order]
     pos = np.searchsorted(tk_s, keys, side="right") - 1
     ok = (pos >= 0) & (tk_s[np.maximum(pos, 0)] == keys)
