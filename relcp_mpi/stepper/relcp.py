@@ -28,6 +28,7 @@ from relcp_mpi.contact.line_contacts import (N_PAIR_SLOTS, N_WALL_SLOTS, ring_wa
                                              rod_wall_cap_rows)
 from relcp_mpi.contact.neighbors import candidate_pairs, wall_candidates
 from relcp_mpi.geometry.contact import pair_snsd, wall_snsd
+from relcp_mpi.geometry.result import ContactGeometry
 from relcp_mpi.geometry.support import separation_lower_bound
 from relcp_mpi.petsc import get_petsc
 from relcp_mpi.solver.lcp import SolverError, solve_lcp
@@ -123,9 +124,22 @@ class StepWorkspace:
             self.D = None
 
 
+# pairs per call of a batched geometry kernel: their temporaries take 0.4-0.9 kB per pair, and the screening of
+# an 8,000-rod bed sees ~200k candidate pairs (70 MiB at once); the kernels work per pair, so chunking changes no
+# result, only the step's peak memory (docs/BENCHMARKS.md, "Memory")
+KERNEL_CHUNK = 16384
+
+
+def _chunks(n):
+    """Slices of at most KERNEL_CHUNK pairs covering range(n) (one empty slice when n == 0)."""
+    return [slice(k, k + KERNEL_CHUNK) for k in range(0, n, KERNEL_CHUNK)] or [slice(0, 0)]
+
+
 def _pair_geometry(inp, X, Q, ia, ib, tol, hint=None):
-    return pair_snsd(inp.kind[ia], inp.shape[ia], X[ia], Q[ia], inp.kind[ib], inp.shape[ib], X[ib], Q[ib],
-                     tol=tol, check=True, hint=hint)
+    return ContactGeometry.concatenate([
+        pair_snsd(inp.kind[a], inp.shape[a], X[a], Q[a], inp.kind[b], inp.shape[b], X[b], Q[b],
+                  tol=tol, check=True, hint=None if hint is None else hint[s])
+        for s in _chunks(len(ia)) for a, b in [(ia[s], ib[s])]])
 
 
 class _HintCache:
@@ -160,9 +174,10 @@ def _screen(inp, X, Q, ia, ib, hint, threshold):
     """Mask of the pairs that may be closer than ``threshold`` (certified support-function lower bound)."""
     if len(ia) == 0:
         return np.zeros(0, bool)
-    lb = separation_lower_bound(inp.kind[ia], inp.shape[ia], X[ia], Q[ia], inp.kind[ib], inp.shape[ib], X[ib],
-                                Q[ib], hint=hint)
-    return lb <= threshold
+    return np.concatenate([
+        separation_lower_bound(inp.kind[a], inp.shape[a], X[a], Q[a], inp.kind[b], inp.shape[b], X[b], Q[b],
+                               hint=None if hint is None else hint[s]) <= threshold
+        for s in _chunks(len(ia)) for a, b in [(ia[s], ib[s])]])
 
 
 def _any_ellipsoid_pair(inp, ia, ib):
