@@ -62,6 +62,7 @@ def rod_pair_end_rows(kind, shape, X, Q, ia, ib, geo, skin, dup_tol=1e-12):
     a_j, h_j = _axis_half(kind[j], shape[j], Q[j])
     R_i, R_j = shape[i, 0], shape[j, 0]
     zero = np.zeros(len(rods))
+    scale = R_i + R_j + h_i + h_j
     parts = []
     for slot, end_of_i, sgn in ((1, True, -1.0), (2, True, 1.0), (3, False, -1.0), (4, False, 1.0)):
         if end_of_i:      # end sphere of i (core of half length 0) against the core of j
@@ -70,18 +71,17 @@ def rod_pair_end_rows(kind, shape, X, Q, ia, ib, geo, skin, dup_tol=1e-12):
         else:             # core of i against the end sphere of j
             e = X[j] + (sgn * h_j)[:, None] * a_j
             r = capsule_capsule(X[i], a_i, h_i, R_i, e, a_j, zero, R_j)
-        parts.append((np.full(len(rods), slot), r))
-    sub = np.concatenate([p[0] for p in parts])
-    pair = np.tile(rods, 4)
-    sep, nrm, p_i, p_j = (np.concatenate([p[1][k] for p in parts]) for k in range(4))
-    # drop rows outside the skin and rows that coincide with the pair's own SNSD row
-    scale = (R_i + R_j + h_i + h_j)[np.tile(np.arange(len(rods)), 4)]
-    same = (np.linalg.norm(p_i - geo.p_i[pair], axis=1) + np.linalg.norm(p_j - geo.p_j[pair], axis=1)
-            <= dup_tol * scale)
-    keep = (sep <= skin) & ~same
-    g = ContactGeometry(sep=sep[keep], normal=nrm[keep], p_i=p_i[keep], p_j=p_j[keep],
-                        converged=np.ones(int(keep.sum()), bool))
-    return pair[keep], sub[keep].astype(np.int64), g
+        sep, nrm, p_i, p_j = r[:4]
+        # drop rows outside the skin and rows that coincide with the pair's own SNSD row (per slot, so that
+        # only the kept rows are held: 4 slots of every rod pair would be ~20 MiB for a dense 8,000-rod bed)
+        same = (np.linalg.norm(p_i - geo.p_i[rods], axis=1) + np.linalg.norm(p_j - geo.p_j[rods], axis=1)
+                <= dup_tol * scale)
+        keep = (sep <= skin) & ~same
+        parts.append((rods[keep], np.full(int(keep.sum()), slot, np.int64), sep[keep], nrm[keep], p_i[keep],
+                      p_j[keep]))
+    pair, sub, sep, nrm, p_i, p_j = (np.concatenate([p[k] for p in parts]) for k in range(6))
+    g = ContactGeometry(sep=sep, normal=nrm, p_i=p_i, p_j=p_j, converged=np.ones(len(sep), bool))
+    return pair, sub, g
 
 
 def rod_wall_cap_rows(kind, shape, X, Q, wb, ww, wall_points, wall_normals, skin):
