@@ -71,6 +71,8 @@ def child(a):
     on = a.child == "on"
     deck = make_deck(a.bodies, a.steps, out_dir, a.trajectory_every if on else 0, a.checkpoint_every if on else 0)
     sim = Simulation.from_deck(deck, comm=comm)
+    if a.history is not None:
+        sim.history.maxlen = a.history or None
     samples = []
 
     def sample(s):
@@ -97,6 +99,8 @@ def main(argv=None):
     ap.add_argument("--trajectory-every", type=int, default=5)
     ap.add_argument("--checkpoint-every", type=int, default=20)
     ap.add_argument("--modes", default="on,off")
+    ap.add_argument("--history", type=int, default=None,
+                    help="entries Simulation.history keeps (default: the API's default; 0 = all)")
     ap.add_argument("--csv", default=os.path.join(ROOT, "results", "bench_memory.csv"))
     ap.add_argument("--json", default=os.path.join(ROOT, "tools", "bench_results.jsonl"))
     ap.add_argument("--child", choices=["on", "off"], help=argparse.SUPPRESS)
@@ -115,6 +119,7 @@ def main(argv=None):
         cmd += [f"--{k}={v}" for k, v in (("steps", a.steps), ("every", a.every), ("bodies", a.bodies),
                                            ("trajectory-every", a.trajectory_every),
                                            ("checkpoint-every", a.checkpoint_every))]
+        cmd += [] if a.history is None else [f"--history={a.history}"]
         if a.np > 1:
             cmd = ["mpirun", "-n", str(a.np)] + cmd
         proc = subprocess.run(cmd, cwd=ROOT)
@@ -143,7 +148,7 @@ def main(argv=None):
                 trajectory_every=a.trajectory_every if mode == "on" else 0,
                 checkpoint_every=a.checkpoint_every if mode == "on" else 0, wall_s=rec["wall_s"],
                 rss_first_mib=per_rank[0].tolist(), rss_last_mib=per_rank[-1].tolist(),
-                growth_mib_per_1000_steps=slopes, history_len=rec["history_len"],
+                growth_mib_per_1000_steps=slopes, history_len=rec["history_len"], history_maxlen=a.history,
                 machine=f"{platform.node()} {os.cpu_count()} cores", load_avg=os.getloadavg(),
                 date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))) + "\n")
     if rows:

@@ -8,8 +8,8 @@ disk: the trajectory's ``/diagnostics`` table (every written frame) and the GSD 
 import collections
 import itertools
 
-# entries kept by default (~5-15 MiB per rank at most)
-HISTORY_LENGTH = 10000
+# entries kept by default (~0.5-1.5 MiB per rank at most)
+HISTORY_LENGTH = 1000
 
 
 class StepHistory:
