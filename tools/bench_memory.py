@@ -61,6 +61,35 @@ def slope(steps, values):
     return float(np.polyfit(steps[half], values[half], 1)[0] * 1000.0)
 
 
+def read_samples(path):
+    """{(mode, rank): ([steps], [rss_mib])} from a CSV written by this script."""
+    out = {}
+    with open(path) as fh:
+        for r in csv.DictReader(fh):
+            st, rss = out.setdefault((r["mode"], int(r["rank"])), ([], []))
+            st.append(int(r["step"]))
+            rss.append(float(r["rss_mib"]))
+    return out
+
+
+def plot(path_png, csv_path, baseline=None, labels=("this run", "baseline")):
+    """RSS per rank against step, output on / off; ``baseline`` (a CSV of an earlier run) dashed."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from study_common import plt
+    p = plt()
+    fig, ax = p.subplots(figsize=(7, 4))
+    for label, path, style in ((labels[0], csv_path, "-"), (labels[1], baseline, "--")):
+        if not path:
+            continue
+        for (mode, rank), (st, rss) in sorted(read_samples(path).items()):
+            ax.plot(st, rss, style, label=f"{label}: output {mode}, rank {rank}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("resident memory per rank [MiB]")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path_png, dpi=110)
+
+
 def child(a):
     """One mode in this MPI job: run and sample; rank 0 writes the samples (JSON) to ``a.record``."""
     from mpi4py import MPI
@@ -103,6 +132,8 @@ def main(argv=None):
                     help="entries Simulation.history keeps (default: the API's default; 0 = all)")
     ap.add_argument("--csv", default=os.path.join(ROOT, "results", "bench_memory.csv"))
     ap.add_argument("--json", default=os.path.join(ROOT, "tools", "bench_results.jsonl"))
+    ap.add_argument("--plot", help="write a PNG of the samples (with --baseline CSV dashed)")
+    ap.add_argument("--baseline", help="CSV of an earlier run to draw next to this one")
     ap.add_argument("--child", choices=["on", "off"], help=argparse.SUPPRESS)
     ap.add_argument("--record", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -157,6 +188,8 @@ def main(argv=None):
             w = csv.DictWriter(fh, fieldnames=list(rows[0]))
             w.writeheader()
             w.writerows(rows)
+        if a.plot:
+            plot(a.plot, a.csv, a.baseline)
     return 0 if ok else 1
 
 
