@@ -39,8 +39,9 @@ rename), so ParaView can follow a running simulation.  The file is flushed after
 Memory: an open HDF5 file keeps state that grows by ~40-80 kB per frame group written (up to ~20 MiB per rank
 with HDF5 1.10; not its metadata cache, whose size stays ~1 MiB, and not HDF5's free lists) and is released
 only when the file is closed.  The writer therefore closes and reopens the file every ``reopen_every`` frames
-(default :data:`REOPEN_EVERY`; 0 = never), which bounds that growth to a few MiB (docs/BENCHMARKS.md,
-"Memory").
+(default :data:`REOPEN_EVERY`, or the environment variable ``RELCP_TRAJECTORY_REOPEN_EVERY``; 0 = never), which
+bounds that growth to a few MiB (docs/BENCHMARKS.md, "Memory").  A failure while closing or reopening is a
+write failure like any other (fault-injection point ``reopen``).
 
 Write failures (ENOSPC, EIO, EDQUOT, ... on any rank, while opening, appending to, writing a frame of the
 file or its sidecar): :class:`relcp_mpi.io.writeguard.OutputError` is raised on every rank with one message
@@ -80,7 +81,7 @@ class TrajectoryWriter:
     """Collective writer of trajectory frames; see the module docstring for layout and rules."""
 
     def __init__(self, path, comm, append=False, every=1, restart_step=None, order="gid", xdmf=True,
-                 reopen_every=REOPEN_EVERY):
+                 reopen_every=None):
         import h5py
         hu.require_mpi_h5py()
         if order not in ("gid", "rank"):
@@ -92,6 +93,8 @@ class TrajectoryWriter:
         self.every = int(every)
         self.order = order
         self.xdmf_path = _xdmf.xdmf_path_for(self.path) if xdmf else None
+        if reopen_every is None:
+            reopen_every = int(os.environ.get("RELCP_TRAJECTORY_REOPEN_EVERY", REOPEN_EVERY))
         self.reopen_every = int(reopen_every or 0)
         self._since_open = 0
         self._file = None
@@ -307,6 +310,7 @@ class TrajectoryWriter:
         with guard.step():
             f, self._file = self._file, None
             f.close()
+            inject("reopen", self.comm.rank)
         self._agree(guard)
         with guard.step():
             self._file = h5py.File(self.path, "r+", driver="mpio", comm=self.comm)
