@@ -30,6 +30,7 @@ import platform
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -153,7 +154,7 @@ def main(argv=None):
           f"{machine()}; load average {os.getloadavg()[0]:.2f}", flush=True)
     for case in names:
         deck = CASES.get(case, case)
-        rec_path = os.path.join(ROOT, "tools", f".bench_peer_{os.getpid()}_{case.replace('/', '_')}.json")
+        rec_path = os.path.join(tempfile.gettempdir(), f"bench_peer_{os.getpid()}_{case.replace('/', '_')}.json")
         cmd = [sys.executable, os.path.abspath(__file__), "--child", case, "--record", rec_path,
                "--steps", str(a.steps), "--warm", str(a.warm)]
         if a.np > 1:
