@@ -26,6 +26,7 @@ from relcp_mpi.config.deck import DeckError, load, validate
 from relcp_mpi.config.sections import Deck, typed
 from relcp_mpi.driver import actions as A
 from relcp_mpi.driver.engine import StepEngine
+from relcp_mpi.driver.history import HISTORY_LENGTH, StepHistory
 from relcp_mpi.driver.policy import StepPolicy
 from relcp_mpi.driver.signals import (_SIGNAL_FLAG, EXIT_SIGNAL_CHECKPOINT, StopRequested,  # noqa: F401 (API)
                                       clear_pending_signal, install_signal_handlers, pending_signal)
@@ -58,9 +59,11 @@ class Simulation:
     """One ReLCP run described by a validated deck (see :mod:`relcp_mpi.config.deck`).
 
     ``Simulation(deck, deck_text, comm)`` starts fresh from a validated deck; prefer :meth:`from_deck`
-    (also checks the initial configuration) and :meth:`from_checkpoint`."""
+    (also checks the initial configuration) and :meth:`from_checkpoint`.  ``sim.history`` keeps the
+    diagnostics of the newest ``history_length`` steps (:class:`relcp_mpi.driver.history.StepHistory`;
+    ``sim.history.maxlen = None`` keeps all)."""
 
-    def __init__(self, deck, deck_text="", comm=None, state=None):
+    def __init__(self, deck, deck_text="", comm=None, state=None, history_length=HISTORY_LENGTH):
         self.comm = comm if comm is not None else MPI.COMM_WORLD
         self.deck = deck = typed(deck)           # the validated mapping is deck.raw
         self.deck_text = deck_text
@@ -73,7 +76,9 @@ class Simulation:
         self.name = deck.name
         self.output_directory = deck.output.directory
         self.diag = {}
-        self.history = []
+        # newest per-step diagnostics (bounded: a long run must not grow; the full record is the trajectory's
+        # /diagnostics table)
+        self.history = StepHistory(history_length)
         self.step_wall = 0.0
         self.steps_run = 0
         self.wall_time = 0.0

@@ -237,3 +237,26 @@ def test_writer_misuse(tmp_path):
         f["x"] = 1
     with pytest.raises(TrajectoryError, match="not a relcp_mpi trajectory"):
         TrajectoryWriter(str(other), MPI.COMM_SELF, append=True)
+
+
+@pytest.mark.mpi
+def test_reopen_keeps_frames_identical(shared_dir, hang_guard):
+    """Closing and reopening the file every frame (the bound on HDF5's per-open-file memory) writes the same
+    frames, diagnostics and sidecar as a writer that keeps the file open; appends after reopening work."""
+    paths = {r: os.path.join(shared_dir, f"reopen{r}.h5") for r in (0, 1)}
+    for r, path in paths.items():
+        with TrajectoryWriter(path, WORLD, every=2, reopen_every=r) as w:
+            for step in range(9):
+                w.write_frame(step, 0.5 * step, my_part(bodies_at(step), step, WORLD), {"e": float(step)})
+            assert w.n_frames == 5 and w._since_open == (5 if r == 0 else 0)
+    WORLD.Barrier()
+    if WORLD.rank == 0:
+        fr = [list_frames(p) for p in paths.values()]
+        assert fr[0] == fr[1] and [s for _, s, _, _ in fr[0]] == [0, 2, 4, 6, 8]
+        for step in (0, 2, 4, 6, 8):
+            a, b = (read_frame(p, step=step) for p in paths.values())
+            for k in ("gid", "kind", "shape", "x", "q", "u"):
+                assert np.array_equal(a[k], b[k]), k
+        da, db = (read_diagnostics(p) for p in paths.values())
+        assert set(da) == set(db) and all(np.array_equal(da[k], db[k]) for k in da)
+        check_xdmf(os.path.join(shared_dir, "reopen1.xdmf"), paths[1], [0, 2, 4, 6, 8])

@@ -40,10 +40,11 @@ DECK = {"name": "wf", "seed": 2, "time": {"dt": 0.1, "steps": 6},
         "output": {"trajectory_every": 1, "checkpoint_every": 2, "keep_checkpoints": 10, "progress_every": 0}}
 
 
-def _run(args, inject=None, n=NP, prefix=""):
+def _run(args, inject=None, n=NP, prefix="", env_extra=None):
     env = clean_env()
     if inject:
         env["RELCP_TEST_WRITE_FAILURE"] = inject
+    env.update(env_extra or {})
     cmd = [mpirun_path(), "-n", str(n), sys.executable, "-m", "relcp_mpi"] + [str(a) for a in args]
     t0 = time.monotonic()
     try:
@@ -84,6 +85,9 @@ CASES = {
     "checkpoint": ("checkpoint:3:ENOSPC:1",
                    "checkpoint file {out}/wf_ckpt_000000004.h5.tmp: No space left on device (ENOSPC) (on rank 3)",
                    [2]),
+    # the trajectory is closed and reopened every 2 frames here (RELCP_TRAJECTORY_REOPEN_EVERY): the close after
+    # frame 3 fails on rank 1
+    "reopen": ("reopen:1:EIO:1", "trajectory {out}/wf.h5 (reopening): Input/output error (EIO) (on rank 1)", [2]),
     "checkpoint-trailer": ("checkpoint-trailer:0:EDQUOT:1",
                            "cannot write checkpoint {out}/wf_ckpt_000000004.h5: checksum trailer of "
                            "{out}/wf_ckpt_000000004.h5.tmp: Disk quota exceeded (EDQUOT)", [2]),
@@ -95,7 +99,8 @@ def test_injected_write_failure_on_one_rank(reference, case):
     tmp, deck, ref_out, ref_final, _ = reference
     inject, message, checkpoints = CASES[case]
     out = tmp / case
-    r, secs = _run(["run", deck, "--output", out], inject=inject)
+    r, secs = _run(["run", deck, "--output", out], inject=inject,
+                   env_extra={"RELCP_TRAJECTORY_REOPEN_EVERY": "2"} if case == "reopen" else None)
     err = _one_error(r)
     assert r.returncode == 1, r.stdout + r.stderr
     assert message.format(out=out) in err, err

@@ -14,3 +14,11 @@ class ContactGeometry:
 
     def __len__(self):
         return self.sep.shape[0]
+
+    @staticmethod
+    def concatenate(parts):
+        """One ContactGeometry of the pairs of ``parts`` (a non-empty list), in order."""
+        if len(parts) == 1:
+            return parts[0]
+        return ContactGeometry(*(np.concatenate([getattr(p, f) for p in parts])
+                                 for f in ("sep", "normal", "p_i", "p_j", "converged")))

@@ -19,7 +19,8 @@ others succeed.  If that rank simply raised, the others would wait forever in th
 
 Test hook (fault injection): ``RELCP_TEST_WRITE_FAILURE="<point>:<rank>:<ERRNO NAME>[:<skip>]"`` makes
 :func:`inject` raise ``OSError(errno)`` once, the ``skip + 1``-th time the named point is reached on that
-rank (points: ``frame``, ``frame-flush``, ``xdmf``, ``append``, ``checkpoint``, ``checkpoint-trailer``).
+rank (points: ``frame``, ``frame-flush``, ``xdmf``, ``append``, ``checkpoint``, ``checkpoint-trailer``,
+``reopen`` (closing the trajectory before its periodic reopening)).
 """
 import errno as _errno
 import os

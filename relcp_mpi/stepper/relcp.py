@@ -33,6 +33,7 @@ from relcp_mpi.contact.line_contacts import (N_PAIR_SLOTS, N_WALL_SLOTS, ring_wa
                                              rod_wall_cap_rows)
 from relcp_mpi.contact.neighbors import pair_distance, candidate_pairs, wall_candidates
 from relcp_mpi.geometry.contact import pair_snsd, wall_snsd
+from relcp_mpi.geometry.result import ContactGeometry
 from relcp_mpi.geometry.support import pair_lower_bound, separation_lower_bound
 from relcp_mpi.petsc import get_petsc
 from relcp_mpi.solver.lcp import SolverError, solve_lcp
@@ -160,11 +161,25 @@ def _solve(A, gap_v, gv, prm):
                               result=first.result) from second
 
 
+# pairs per call of a batched geometry kernel: their temporaries take 0.4-0.9 kB per pair, and the screening of
+# an 8,000-rod bed sees ~200k candidate pairs (70 MiB at once); the kernels work per pair, so chunking changes no
+# result, only the step's peak memory (docs/BENCHMARKS.md, "Memory")
+KERNEL_CHUNK = 16384
+
+
+def _chunks(n):
+    """Slices of at most KERNEL_CHUNK pairs covering range(n) (one empty slice when n == 0)."""
+    return [slice(k, k + KERNEL_CHUNK) for k in range(0, n, KERNEL_CHUNK)] or [slice(0, 0)]
+
+
 def _pair_geometry(inp, X, Q, ia, ib, tol, hint=None, R=None):
-    """Geometry of the pairs (ia, ib) at the configuration (X, Q); ``R`` = rotation matrices of Q (per body)."""
-    return pair_snsd(inp.kind[ia], inp.shape[ia], X[ia], Q[ia], inp.kind[ib], inp.shape[ib], X[ib], Q[ib],
-                     tol=tol, check=True, hint=hint, R_i=None if R is None else R[ia],
-                     R_j=None if R is None else R[ib])
+    """Geometry of the pairs (ia, ib) at the configuration (X, Q), KERNEL_CHUNK pairs per kernel call; ``R`` =
+    rotation matrices of Q (per body) or None."""
+    return ContactGeometry.concatenate([
+        pair_snsd(inp.kind[a], inp.shape[a], X[a], Q[a], inp.kind[b], inp.shape[b], X[b], Q[b],
+                  tol=tol, check=True, hint=None if hint is None else hint[s],
+                  R_i=None if R is None else R[a], R_j=None if R is None else R[b])
+        for s in _chunks(len(ia)) for a, b in [(ia[s], ib[s])]])
 
 
 class _HintCache:
@@ -199,12 +214,15 @@ def _screen(inp, X, Q, ia, ib, hint, threshold, R=None):
     """Mask of the pairs that may be closer than ``threshold`` (certified support-function lower bound)."""
     if len(ia) == 0:
         return np.zeros(0, bool)
-    if R is None:
-        lb = separation_lower_bound(inp.kind[ia], inp.shape[ia], X[ia], Q[ia], inp.kind[ib], inp.shape[ib],
-                                    X[ib], Q[ib], hint=hint)
-    else:
-        lb = pair_lower_bound(inp.kind, inp.shape, X, R, ia, ib, hint=hint)
-    return lb <= threshold
+    parts = []
+    for s in _chunks(len(ia)):          # KERNEL_CHUNK pairs at a time (peak memory)
+        a, b, h = ia[s], ib[s], None if hint is None else hint[s]
+        if R is None:
+            parts.append(separation_lower_bound(inp.kind[a], inp.shape[a], X[a], Q[a], inp.kind[b], inp.shape[b],
+                                                X[b], Q[b], hint=h))
+        else:
+            parts.append(pair_lower_bound(inp.kind, inp.shape, X, R, a, b, hint=h))
+    return np.concatenate(parts) <= threshold
 
 
 def _any_ellipsoid_pair(inp, ia, ib):
