@@ -30,6 +30,14 @@ if ! .venv/bin/python -c "import relcp_mpi, sys; sys.exit(0 if relcp_mpi.__file_
   echo "[setup] installing relcp_mpi into .venv"
   .venv/bin/python -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null
 fi
+# a plain launcher: the editable install's wrapper first looks the entry point up in the package metadata
+# (~0.1 s), a window in which a stop signal (SIGTERM/SIGUSR1) would still kill a rank without a word; this one
+# installs the handlers first thing (idempotent: rewritten on every run)
+printf '%s\n' "#!$PWD/.venv/bin/python" \
+  "# relcp-mpi launcher written by tools/setup.sh: stop-signal handlers first, then the command line" \
+  "import sys" "from relcp_mpi.driver.signals import install_signal_handlers" "install_signal_handlers()" \
+  "from relcp_mpi.cli import main" "sys.exit(main())" > .venv/bin/relcp-mpi.tmp
+chmod +x .venv/bin/relcp-mpi.tmp && mv .venv/bin/relcp-mpi.tmp .venv/bin/relcp-mpi
 source tools/env.sh
 .venv/bin/python -c "from relcp_mpi.petsc import get_petsc; import h5py, mpi4py; assert h5py.get_config().mpi, 'h5py without MPI'" \
   || { echo "[setup] the Python stack does not import; see messages above" >&2; exit 1; }
