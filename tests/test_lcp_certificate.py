@@ -179,7 +179,7 @@ def _distributed_table(comm):
     t = ConstraintTable()
     t.append(ia=pi[mine], ib=np.where(pj[mine] >= 0, pj[mine], -1), gid_i=pi[mine] + 100,
              gid_j=np.where(pj[mine] >= 0, pj[mine] + 100, -1), sub=mine % 3, normal=n[mine], r_i=ri[mine],
-             r_j=rj[mine], q=qg[mine], sep0=-qg[mine], level=mine % 4)
+             r_j=rj[mine], gap_free=qg[mine], sep0=-qg[mine], level=mine % 4)
     counts = comm.allgather(len(t))
     D = assemble_D(t, row_of[local], starts, comm, int(sum(counts[:r])), C)
     owned = order[starts[r]:starts[r + 1]]
