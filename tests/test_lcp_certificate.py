@@ -196,7 +196,7 @@ def test_dump_round_trip(shared_dir):
     comm = MPI.COMM_WORLD
     t, D, blocks, owned_gid, ref = _distributed_table(comm)
     gamma = np.cos(np.arange(len(t)) + comm.rank)
-    data = gather_lcp(comm, D, blocks, DT, t.q, gamma, t, owned_gid, info={"step": 7})
+    data = gather_lcp(comm, D, blocks, DT, t.gap_free, gamma, t, owned_gid, info={"step": 7})
     op = ContactOperator(D, DT * blocks)
     x = D.createVecRight()
     lo, hi = x.getOwnershipRange()
