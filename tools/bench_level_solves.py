@@ -80,12 +80,12 @@ def _solve(data, x0, method, tol, max_iter):
     return res.iterations, res.residual, wall
 
 
-def _admm(data, x0, tol, rho_factor, max_iter, alpha=1.6):
-    """ADMM prototype (see the module docstring): (iterations, min-map residual, wall)."""
+def _admm(data, A, x0, tol, rho_factor, max_iter, alpha=1.6):
+    """ADMM prototype (see the module docstring) on the dump ``data`` with its matrix ``A`` (scipy):
+    (iterations, min-map residual, wall)."""
     import scipy.sparse as sp
     import scipy.sparse.linalg as sla
-    from relcp_mpi.contact.lcp_dump import lcp_matrix
-    A, q, D = lcp_matrix(data), data["q"], data["D"].tocsc()
+    q, D = data["q"], data["D"].tocsc()
     t0 = time.perf_counter()
     Minv = sp.block_diag([np.linalg.inv(b) for b in data["dt"] * data["blocks"]], format="csc")
     rho = rho_factor / A.diagonal().mean()
@@ -111,7 +111,7 @@ def _admm(data, x0, tol, rho_factor, max_iter, alpha=1.6):
 
 
 def bench(args):
-    from relcp_mpi.contact.lcp_dump import load_lcp
+    from relcp_mpi.contact.lcp_dump import lcp_matrix, load_lcp
     print("%-8s %5s %8s %7s %9s %10s %16s %16s%s" % ("step", "level", "rows", "new", "re-sampl", "warm res",
                                                       "%s warm it (s)" % args.method, "cold it (s)",
                                                       "   admm warm it (s)" if args.admm else ""))
@@ -127,14 +127,13 @@ def bench(args):
                 new[:len(prev["q"])] = False
             old_pairs = set(zip(d["gid_i"][~new].tolist(), d["gid_j"][~new].tolist()))
             resampled = sum((a, b) in old_pairs for a, b in zip(d["gid_i"][new].tolist(), d["gid_j"][new].tolist()))
-            from relcp_mpi.contact.lcp_dump import lcp_matrix
             A = lcp_matrix(d)
             r0 = float(np.abs(np.minimum(x0, A @ x0 + d["q"])).max())
             iw, rw, tw = _solve(d, x0, args.method, args.tol, args.max_iter)
             ic, rc, tc = _solve(d, np.zeros(c), args.method, args.tol, args.max_iter) if level else (iw, rw, tw)
             extra = ""
             if args.admm:
-                ia, ra, ta = _admm(d, x0, args.tol, args.admm, args.max_iter)
+                ia, ra, ta = _admm(d, A, x0, args.tol, args.admm, args.max_iter)
                 extra = "   %6d (%.2f)%s" % (ia, ta, "" if ra <= args.tol else " FAIL")
             print("%-8d %5d %8d %7d %9d %10.2e %9d (%5.2f) %9d (%5.2f)%s" % (
                 step, level, c, int(new.sum()) if level else c, resampled if level else 0, r0, iw, tw, ic, tc, extra),

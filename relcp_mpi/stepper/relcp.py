@@ -141,18 +141,19 @@ def _solve(A, gap_v, gv, prm):
     solve it again with that one from the same initial guess (the failed iterate is dropped).  Collective (every
     rank sees the same failure).  Returns ``(result, None)``, or ``(fallback result, iterations of the failed
     solve)``; raises SolverError naming both methods when both fail."""
-    x0 = gv.getArray().copy()
+    fallback = prm.fallback if prm.fallback and prm.fallback != prm.method else None
+    x0 = gv.getArray().copy() if fallback else None      # the start of the fallback (only kept when there is one)
     try:
         return solve_lcp(A, gap_v, gv, method=prm.method, tol=prm.tol, max_iter=prm.max_iter, raise_on_fail=True,
                          **prm.options), None
     except SolverError as first:
-        if not prm.fallback or prm.fallback == prm.method:
+        if fallback is None:
             raise
         gv.getArray()[:] = x0
         try:
             # at least FALLBACK_MIN_ITER iterations: a max_iter sized for a first-order method must not starve an
             # interior-point fallback (ipm caps itself at max_newton)
-            return solve_lcp(A, gap_v, gv, method=prm.fallback, tol=prm.tol,
+            return solve_lcp(A, gap_v, gv, method=fallback, tol=prm.tol,
                              max_iter=max(prm.max_iter, FALLBACK_MIN_ITER), raise_on_fail=True), first.iterations
         except SolverError as second:
             raise SolverError(first.method, first.iterations, first.residual, first.tol, first.history,
