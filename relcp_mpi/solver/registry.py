@@ -57,9 +57,6 @@ register("ipm", "relcp_mpi.solver.ipm", "IPM",
          {"max_newton": int, "ksp_rtol": float, "pc_type": str, "step_fraction": float, "refine": int, "reg": float,
           "refine_tol": float},
          "Mehrotra interior point, Newton steps on the body-dof system (MUMPS Cholesky or CG + AMG)")
-register("pdas", "relcp_mpi.solver.pdas", "PDAS",
-         {"max_newton": int, "prox": float, "stall": int, "pc_type": str, "ksp_rtol": float},
-         "proximal primal-dual active set (semismooth Newton), warm-startable, body-dof Cholesky")
 for _t in ("bncg", "blmvm", "tron", "bnls", "bntr", "bqnls", "gpcg"):
     register("tao-" + _t, "relcp_mpi.solver.tao", "TaoSolver", {"tao_options": dict, "prefix": str},
              "PETSc TAO bound-constrained solver " + _t)
