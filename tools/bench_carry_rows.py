@@ -41,12 +41,16 @@ def run(ckpt, deck_path, carry, steps, comm, extra):
         t0 = time.perf_counter()
         d = sim.step_once()
         wall = time.perf_counter() - t0
-        table = sim.engine._last_rows[0]
+        table, gamma = sim.engine._last_rows[:2]
         app = table.level >= 1
+        car = (table.level == 0) & (table.sub >= 5) & (table.ib >= 0)
         counts = comm.allreduce(np.array([int(np.count_nonzero(app & (table.ib >= 0))),
-                                          int(np.count_nonzero(app & (table.ib < 0)))]))
+                                          int(np.count_nonzero(app & (table.ib < 0))),
+                                          int(np.count_nonzero(app & (gamma > 0))),
+                                          int(np.count_nonzero(car & (gamma > 0)))]))
         rows.append(dict(carry=int(carry), step=sim.step, cells=sim.n_global, depth=d["depth"], solves=d["depth"] + 1,
                          rows=d["constraints"], appended_pair=int(counts[0]), appended_wall=int(counts[1]),
+                         appended_active=int(counts[2]), carried_active=int(counts[3]),
                          carried=d.get("carried_rows", 0), iterations=d["iterations"],
                          max_overlap=d["max_overlap"], trial_rotation=d["trial_rotation"],
                          wall_s=comm.allreduce(wall, op=_max())))

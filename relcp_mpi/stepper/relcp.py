@@ -566,6 +566,10 @@ def _carried_rows(inp, prm, X, R, ia, ib, geo, table):
     if inp.warm_keys is None or wv is None or wv.shape[1] < 6 or len(ia) == 0:
         return np.full((len(table), 2), np.nan)
     take = np.flatnonzero(np.isfinite(wv[:, 4]) | np.isfinite(wv[:, 5]))
+    # rows in key order: the warm table's order depends on its route (a restart's table arrives in another order),
+    # and the column order of D must not, for a restart to continue bit for bit
+    wk = inp.warm_keys[take]
+    take = take[np.lexsort((wk["sub"], wk["gid_j"], wk["gid_i"]))]
     wk = inp.warm_keys[take]
     # the rows' pairs among the level-0 pairs (i = lower gid on both sides; the owner of gid_i owns both)
     pk = np.empty(len(ia), dtype=[("gid_i", np.int64), ("gid_j", np.int64)])
