@@ -10,6 +10,7 @@ trajectories after it.  Rank 0 prints a per-step table and the totals and writes
     source tools/env.sh
     mpirun -n 1 .venv/bin/python tools/bench_carry_rows.py /tmp/col/ck/bacterial_colony_ckpt_000000600.h5 \
         --steps 20 [--deck input_decks/bacterial_colony.yaml] [--csv results/carry.csv]
+    mpirun -n 1 .venv/bin/python tools/bench_carry_rows.py fresh --deck input_decks/peer/n2000c.yaml --steps 10
 
 This is a benchmark, not a test: wall times depend on the machine and its load; depths, rows and iterations
 do not (for a given rank count).
@@ -34,7 +35,10 @@ def run(ckpt, deck_path, carry, steps, comm, extra):
                            "output.trajectory_every": 0, "output.progress_every": 0,
                            "output.checkpoint_every": 0, "output.directory": "/tmp/bench_carry_rows",
                            "contact.carry_rows": carry, **extra}, source=deck_path)
-    sim = Simulation.from_checkpoint(ckpt, deck, yaml.safe_dump(deck.raw), comm)
+    if ckpt == "fresh":          # the deck's own initial state (e.g. the peer's dense beds)
+        sim = Simulation.from_deck(deck, comm)
+    else:
+        sim = Simulation.from_checkpoint(ckpt, deck, yaml.safe_dump(deck.raw), comm)
     rows = []
     for _ in range(steps):
         comm.Barrier()
@@ -65,7 +69,7 @@ def _max():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("checkpoint")
+    ap.add_argument("checkpoint", help="checkpoint to continue, or 'fresh' (start from the deck)")
     ap.add_argument("--deck", default="input_decks/bacterial_colony.yaml")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--settings", default="0,1", help="carry_rows settings to run, in order (0 = off, 1 = on)")
