@@ -27,7 +27,7 @@ import yaml
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def run(ckpt, deck_path, carry, steps, comm, extra):
+def run(ckpt, deck_path, carry, steps, comm, extra, paired=False):
     from relcp_mpi import Simulation
     from relcp_mpi.config.sections import load_typed, override
     deck, _ = load_typed(deck_path)
@@ -41,25 +41,35 @@ def run(ckpt, deck_path, carry, steps, comm, extra):
         sim = Simulation.from_checkpoint(ckpt, deck, yaml.safe_dump(deck.raw), comm)
     rows = []
     for _ in range(steps):
-        comm.Barrier()
-        t0 = time.perf_counter()
-        d = sim.step_once()
-        wall = time.perf_counter() - t0
-        table, gamma = sim.engine._last_rows[:2]
-        app = table.level >= 1
-        car = (table.level == 0) & (table.sub >= 5) & (table.ib >= 0)
-        counts = comm.allreduce(np.array([int(np.count_nonzero(app & (table.ib >= 0))),
-                                          int(np.count_nonzero(app & (table.ib < 0))),
-                                          int(np.count_nonzero(app & (gamma > 0))),
-                                          int(np.count_nonzero(car & (gamma > 0)))]))
-        rows.append(dict(carry=int(carry), step=sim.step, cells=sim.n_global, depth=d["depth"], solves=d["depth"] + 1,
-                         rows=d["constraints"], appended_pair=int(counts[0]), appended_wall=int(counts[1]),
-                         appended_active=int(counts[2]), carried_active=int(counts[3]),
-                         carried=d.get("carried_rows", 0), iterations=d["iterations"],
-                         max_overlap=d["max_overlap"], trial_rotation=d["trial_rotation"],
-                         wall_s=comm.allreduce(wall, op=_max())))
+        if paired:       # the same start state without the carried points first (carry = 0 rows), then with
+            saved = sim.state.copy()
+            keys, vals = sim.state.warm
+            sim.state.warm = (keys, vals[:, :4]) if vals is not None else (keys, vals)
+            rows.append(_measure(sim, comm, 0))
+            sim.state.restore(saved)
+        rows.append(_measure(sim, comm, int(carry)))
     sim.engine.free()
     return rows
+
+
+def _measure(sim, comm, carry):
+    """One step of ``sim`` and its row of the table (collective)."""
+    comm.Barrier()
+    t0 = time.perf_counter()
+    d = sim.step_once()
+    wall = time.perf_counter() - t0
+    table, gamma = sim.engine._last_rows[:2]
+    app = table.level >= 1
+    car = (table.level == 0) & (table.sub >= 5) & (table.ib >= 0)
+    counts = comm.allreduce(np.array([int(np.count_nonzero(app & (table.ib >= 0))),
+                                      int(np.count_nonzero(app & (table.ib < 0))),
+                                      int(np.count_nonzero(app & (gamma > 0))),
+                                      int(np.count_nonzero(car & (gamma > 0)))]))
+    return dict(carry=int(carry), step=sim.step, cells=sim.n_global, depth=d["depth"], solves=d["depth"] + 1,
+                rows=d["constraints"], appended_pair=int(counts[0]), appended_wall=int(counts[1]),
+                appended_active=int(counts[2]), carried_active=int(counts[3]), carried=d.get("carried_rows", 0),
+                iterations=d["iterations"], max_overlap=d["max_overlap"], trial_rotation=d["trial_rotation"],
+                wall_s=comm.allreduce(wall, op=_max()))
 
 
 def _max():
@@ -75,13 +85,18 @@ def main():
     ap.add_argument("--settings", default="0,1", help="carry_rows settings to run, in order (0 = off, 1 = on)")
     ap.add_argument("--set", action="append", default=[], help="extra deck override KEY=YAML (repeatable)")
     ap.add_argument("--csv", default=None)
+    ap.add_argument("--paired", action="store_true",
+                    help="one trajectory with carry_rows on; every step is also run from the same state without "
+                         "the carried points (rows carry=0), so each pair of rows differs by the option only")
     args = ap.parse_args()
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
     extra = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
     allrows = []
+    if args.paired:
+        args.settings = "1"
     for c in (bool(int(x)) for x in args.settings.split(",")):
-        allrows += run(args.checkpoint, args.deck, c, args.steps, comm, extra)
+        allrows += run(args.checkpoint, args.deck, c, args.steps, comm, extra, paired=args.paired)
     if comm.rank:
         return
     keys = list(allrows[0])
