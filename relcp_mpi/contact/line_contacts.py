@@ -201,6 +201,8 @@ def rod_point_rows(kind, shape, X, R, ia, ib, s_i, s_j, interior_tol=1e-9):
     pair's smooth-surface separation: a necessary condition of nonpenetration, like the end-point rows
     (:func:`rod_pair_end_rows`).  The point is taken on i when s_i is interior (|s_i| < h_i), else on j when s_j
     is; a pair whose both points are end points gets no row (that row is already a level-0 end-point row).
+    Only parameters inside the *current* core count (a rod that divided since has a shorter core): a point
+    outside it would not be a point of the rod, and the row would not be a necessary condition.
 
     Returns ``(pair (r,) index into the pair list, ContactGeometry (r))`` (normal from j to i, witness points)."""
     ok = (kind[ia] == SPHEROCYLINDER) & (kind[ib] == SPHEROCYLINDER) & (shape[ia, 1] > 0) & (shape[ib, 1] > 0)
