@@ -155,7 +155,8 @@ def test_restart_continues_carried_rows_bit_for_bit(shared_dir, hang_guard):
 def test_deck_key_is_validated_and_may_change_on_restart():
     from relcp_mpi.config.deck import DeckError
     from relcp_mpi.io.deck_changes import judge
-    raw = {"name": "t", "time": {"dt": 0.1, "steps": 1}, "bodies": [{"shape": "sphere", "radius": 0.5, "position": [0, 0, 0]}]}
+    raw = {"name": "t", "time": {"dt": 0.1, "steps": 1},
+           "bodies": [{"shape": "sphere", "radius": 0.5, "position": [0, 0, 0]}]}
     assert validate(dict(raw))["contact"]["carry_rows"] is False
     with pytest.raises(DeckError, match="contact.carry_rows"):
         validate(dict(raw, contact={"carry_rows": "sometimes"}))
