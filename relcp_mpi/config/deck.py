@@ -22,7 +22,9 @@ Top-level sections (defaults in ``SCHEMA``)::
                ms_resolution (proxy spheres per body for the multisphere baseline), recheck_neighbors,
                line_contacts (relcp: level-0 rows at both ends of rod-rod and rod-wall line contacts),
                max_trial_rotation (rad; with time.max_halvings > 0 a step whose recursion tries a rotation
-               larger than this is redone at dt/2 at once; 0 = never)}
+               larger than this is redone at dt/2 at once; 0 = never), carry_rows (relcp: level 0 of a step
+               re-samples the material points of the previous step's appended rod-rod rows, see
+               docs/ARCHITECTURE.md)}
     solver:   {method: a name of relcp_mpi.solver.registry (bbpgd, apgd, ipm, tao-<type>), tol, max_iter,
                options (the method's tunable options, e.g. {L_safety: 1.1} for apgd; the registry lists them),
                fallback (method tried on an LCP the first method fails on, default ipm; none = fail at once),
@@ -254,6 +256,7 @@ SCHEMA = {
         "recheck_neighbors": (BOOL, True, None),
         "line_contacts": (BOOL, True, None),
         "max_trial_rotation": (FLOAT, 0.35, _nonneg),
+        "carry_rows": (BOOL, False, None),
     },
     "solver": {
         "method": (STR, "bbpgd", _choice(*method_names())),

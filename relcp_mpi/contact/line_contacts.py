@@ -174,3 +174,50 @@ def _sphere_wall_samples(cand, centres, radius, n, w, skin):
 
 def _empty():
     return ContactGeometry(np.zeros(0), np.zeros((0, 3)), np.zeros((0, 3)), np.zeros((0, 3)), np.zeros(0, bool))
+
+
+# ---- rows carried from the previous step (contact.carry_rows) -------------------------------------------------
+def core_parameters(kind, shape, X, R, idx, p, normal, radius_sign):
+    """Axial parameter s (k,) of the core point behind witness points ``p`` (k, 3) of bodies ``idx`` (k,):
+    the material point ``x + s a`` (a = body z axis from the rotation matrices ``R`` (m, 3, 3)) of a
+    spherocylinder whose surface point facing the contact is ``p``; NaN for bodies that are not rods with
+    L > 0.  ``radius_sign`` = +1 for body i of a pair (its surface point is core - R n, n from j to i), -1 for
+    body j.  The capsule kernel's witness point is core point -+ R n, so this recovers the core parameter of the
+    kernel exactly up to round-off, clamped to [-h, h] [L]."""
+    rod = (kind[idx] == SPHEROCYLINDER) & (shape[idx, 1] > 0)
+    h = 0.5 * shape[idx, 1]
+    core = p + (radius_sign * shape[idx, 0])[:, None] * normal - X[idx]
+    s = np.einsum("ij,ij->i", core, R[idx][:, :, 2])
+    return np.where(rod, np.clip(s, -h, h), np.nan)
+
+
+def rod_point_rows(kind, shape, X, R, ia, ib, s_i, s_j, interior_tol=1e-9):
+    """Rows of a material point of one rod against the core of the other, at start configuration (X, R).
+
+    ``ia``, ``ib`` (p,) local body indices of rod-rod pairs (i = lower gid, as every pair row), ``s_i``, ``s_j``
+    (p,) the axial parameters [L] of the core points of an earlier row of the pair (:func:`core_parameters`;
+    NaN = none).  The point of i at s_i (a sphere of i's radius on its core) against the core of j gives
+    ``sep = dist(x_i + s_i a_i, core_j) - R_i - R_j``; since the sphere lies inside capsule i, this is >= the
+    pair's smooth-surface separation: a necessary condition of nonpenetration, like the end-point rows
+    (:func:`rod_pair_end_rows`).  The point is taken on i when s_i is interior (|s_i| < h_i), else on j when s_j
+    is; a pair whose both points are end points gets no row (that row is already a level-0 end-point row).
+    Only parameters inside the *current* core count (a rod that divided since has a shorter core): a point
+    outside it would not be a point of the rod, and the row would not be a necessary condition.
+
+    Returns ``(pair (r,) index into the pair list, ContactGeometry (r))`` (normal from j to i, witness points)."""
+    ok = (kind[ia] == SPHEROCYLINDER) & (kind[ib] == SPHEROCYLINDER) & (shape[ia, 1] > 0) & (shape[ib, 1] > 0)
+    h_i, h_j = 0.5 * shape[ia, 1], 0.5 * shape[ib, 1]
+    with np.errstate(invalid="ignore"):
+        in_i = ok & (np.abs(s_i) < h_i * (1.0 - interior_tol))
+        in_j = ok & ~in_i & (np.abs(s_j) < h_j * (1.0 - interior_tol))
+    pair = np.flatnonzero(in_i | in_j)
+    i, j, on_i = ia[pair], ib[pair], in_i[pair]
+    a_i, a_j = R[i][:, :, 2], R[j][:, :, 2]
+    s = np.where(on_i, s_i[pair], s_j[pair])
+    # the point (a core of half length 0) sits on i or on j; the other body keeps its whole core
+    c_i = X[i] + np.where(on_i, s, 0.0)[:, None] * a_i
+    c_j = X[j] + np.where(on_i, 0.0, s)[:, None] * a_j
+    hh_i = np.where(on_i, 0.0, h_i[pair])
+    hh_j = np.where(on_i, h_j[pair], 0.0)
+    sep, nrm, p_i, p_j = capsule_capsule(c_i, a_i, hh_i, shape[i, 0], c_j, a_j, hh_j, shape[j, 0])
+    return pair, ContactGeometry(sep=sep, normal=nrm, p_i=p_i, p_j=p_j, converged=np.ones(len(pair), bool))

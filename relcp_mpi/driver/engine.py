@@ -78,6 +78,7 @@ class StepEngine:
                                  recheck_neighbors=c.recheck_neighbors, line_contacts=c.line_contacts,
                                  # the early trial-range check only makes sense when the step can be redone
                                  max_trial_rotation=c.max_trial_rotation if deck.time.max_halvings else 0.0,
+                                 carry_rows=c.carry_rows,
                                  debug=LcpDebug.from_deck(deck.debug))
         self.growth_model = GrowthModel.from_deck(deck.growth)
         self.workspace = StepWorkspace(comm)
@@ -151,7 +152,8 @@ class StepEngine:
         dest = st.decomp.owner(self.box.wrap(b.x[idx], st.shear_offset)) if len(idx) else np.zeros(0, np.int64)
         rows = np.stack([keys["gid_i"], keys["gid_j"], keys["sub"]], axis=1).astype(np.float64) if len(keys) else \
             np.zeros((0, 3))
-        recv = exchange_rows(np.concatenate([rows, vals], axis=1) if len(keys) else np.zeros((0, 7)),
+        # the values' width (4, or 6 with contact.carry_rows) is the same on every rank
+        recv = exchange_rows(np.concatenate([rows, vals], axis=1) if len(keys) else np.zeros((0, 3 + vals.shape[1])),
                              dest, self.comm)
         k = np.empty(len(recv), dtype=keys.dtype)
         k["gid_i"], k["gid_j"], k["sub"] = (np.rint(recv[:, c]).astype(np.int64) for c in range(3))

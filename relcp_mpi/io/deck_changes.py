@@ -53,7 +53,9 @@ REFUSED = {
     "growth": "the growth model is part of the physics",
 }
 ALLOWED = ("name", "time", "solver", "parallel", "output", "debug", "contact.skin", "contact.max_depth",
-           "contact.initial_overlap_tol", "contact.recheck_neighbors", "contact.max_trial_rotation")
+           "contact.initial_overlap_tol", "contact.recheck_neighbors", "contact.max_trial_rotation",
+           # carried rows are necessary conditions only: the step's guarantee (overlap_tol) is unchanged
+           "contact.carry_rows")
 UNKNOWN_WHY = "not known to be safe to change across a restart"
 
 

@@ -40,6 +40,8 @@ def write_state(st, deck, deck_text, comm):
     if keys is not None:
         warm = {"gid_i": keys["gid_i"], "gid_j": keys["gid_j"], "sub": keys["sub"], "gamma": vals[:, 0],
                 "hint_x": vals[:, 1], "hint_y": vals[:, 2], "hint_z": vals[:, 3]}
+        if vals.shape[1] >= 6:          # contact.carry_rows: the core parameters of the rows to carry
+            warm["carry_si"], warm["carry_sj"] = vals[:, 4], vals[:, 5]
     meta = {"step": int(st.step), "time": float(st.time), "dt": float(st.dt),
             "deck": deck_text if deck_text else deck.raw,
             "deck_overrides": deck_overrides(deck_text, deck.raw),
@@ -173,12 +175,16 @@ def _shear_offset(meta, box):
 
 
 def _warm_from_columns(warm):
-    """The checkpoint's warm-start columns as (keys, values (c, 4)); hints NaN in older checkpoints."""
+    """The checkpoint's warm-start columns as (keys, values (c, 4)); hints NaN in older checkpoints; (c, 6) with
+    the carried rows' core parameters when the checkpoint has them (written with contact.carry_rows)."""
     if not warm or "gid_i" not in warm:
         return empty_warm()
     keys = np.empty(len(warm["gid_i"]), dtype=WARM_KEY_DTYPE)
     keys["gid_i"], keys["gid_j"], keys["sub"] = warm["gid_i"], warm["gid_j"], warm["sub"]
-    vals = np.full((len(keys), 4), np.nan)
+    carried = "carry_si" in warm and "carry_sj" in warm
+    vals = np.full((len(keys), 6 if carried else 4), np.nan)
+    if carried:
+        vals[:, 4], vals[:, 5] = warm["carry_si"], warm["carry_sj"]
     vals[:, 0] = warm["gamma"]
     if all(c in warm for c in ("hint_x", "hint_y", "hint_z")):
         vals[:, 1], vals[:, 2], vals[:, 3] = warm["hint_x"], warm["hint_y"], warm["hint_z"]
@@ -195,8 +201,9 @@ def adopt_warm(warm, bodies, comm):
     matches warm starts by key)."""
     P, rank = comm.size, comm.rank
     keys, vals = warm
-    # int64 rows (the multiplier and the hint travel as their bit patterns: exact)
-    rows = np.zeros((len(keys), 7), dtype=np.int64)
+    # int64 rows (the multiplier and the hint travel as their bit patterns: exact); the values' width is the
+    # checkpoint's, the same on every rank
+    rows = np.zeros((len(keys), 3 + vals.shape[1]), dtype=np.int64)
     if len(keys):
         rows[:, 0], rows[:, 1], rows[:, 2] = keys["gid_i"], keys["gid_j"], keys["sub"]
         rows[:, 3:] = np.ascontiguousarray(vals, dtype=np.float64).view(np.int64)

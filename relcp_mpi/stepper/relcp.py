@@ -29,8 +29,8 @@ from relcp_mpi.contact.constraints import ConstraintTable, assemble_D, lookup_ke
 from relcp_mpi.basics import quaternion
 from relcp_mpi.basics.rows import norm_rows
 from relcp_mpi.bodies.shapes import ELLIPSOID
-from relcp_mpi.contact.line_contacts import (N_PAIR_SLOTS, N_WALL_SLOTS, ring_wall_rows, rod_pair_end_rows,
-                                             rod_wall_cap_rows)
+from relcp_mpi.contact.line_contacts import (N_PAIR_SLOTS, N_WALL_SLOTS, core_parameters, ring_wall_rows,
+                                             rod_pair_end_rows, rod_point_rows, rod_wall_cap_rows)
 from relcp_mpi.contact.neighbors import pair_distance, candidate_pairs, wall_candidates
 from relcp_mpi.geometry.contact import pair_snsd, wall_snsd
 from relcp_mpi.geometry.result import ContactGeometry
@@ -69,6 +69,7 @@ class StepParams:
     recheck_neighbors: bool = True
     line_contacts: bool = True     # level-0 end-point / end-cap rows for rods (contact.line_contacts)
     max_trial_rotation: float = 0.0  # [rad] give a step up when a trial rotates a body more (0 = off)
+    carry_rows: bool = False       # level 0 re-samples the previous step's appended rod-rod rows (contact.carry_rows)
     geometry_tol: float = 1e-12
     debug: object = None           # lcp_debug.LcpDebug: LCP dumps and certificate checks (None = off)
 
@@ -93,7 +94,8 @@ class StepInput:
     refresh: object          # callable(x_owned, q_owned) -> (x_ghost, q_ghost), collective
     warm_keys: np.ndarray = None     # (c_prev,) structured (gid_i, gid_j, sub) keys of the previous step's rows
     warm_values: np.ndarray = None   # (c_prev, 4): multiplier and a geometry hint (the pair's latest normal,
-                                     # NaN if none) used to warm-start level 0 (see StepResult.warm_table)
+                                     # NaN if none) used to warm-start level 0 (see StepResult.warm_table);
+                                     # (c_prev, 6) with contact.carry_rows: + the rows' core parameters s_i, s_j
     image_velocity: np.ndarray = None  # (m, 3) velocity of each local copy relative to its body (Lees-Edwards
                                        # images of a shear flow; see _image_gap_rate), None = all zero
 
@@ -109,11 +111,16 @@ class StepResult:
     diagnostics: dict = field(default_factory=dict)
     hint: np.ndarray = None  # (c,) x 3: each row's pair normal at the committed configuration when it was
                              # evaluated there (else the row's own normal); the next step's geometry hint
+    carry: np.ndarray = None  # (c, 2) core parameters (s_i, s_j) [L] of the rows the next step re-samples at
+                              # level 0 (contact.carry_rows; NaN = not carried), None when the option is off
 
     def warm_table(self):
-        """(keys (c,), values (c, 4)) for the next step: multiplier and geometry hint per row."""
+        """(keys (c,), values (c, 4)) for the next step: multiplier and geometry hint per row; with
+        contact.carry_rows (c, 6): + the core parameters of the rows to carry (NaN for the others)."""
         h = self.hint if self.hint is not None else self.table.normal
-        return self.table.keys(), np.column_stack([self.gamma, h]) if len(self.gamma) else np.zeros((0, 4))
+        cols = [self.gamma, h] if self.carry is None else [self.gamma, h, self.carry]
+        width = 4 if self.carry is None else 6
+        return self.table.keys(), np.column_stack(cols) if len(self.gamma) else np.zeros((0, width))
 
 
 class StepWorkspace:
@@ -301,6 +308,8 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
     n = inp.n_owned
     dt = prm.dt
     X0, Q0 = inp.x0, inp.q0
+    carry = prm.carry_rows and prm.model == "relcp"
+    axial = np.full((0, 2), np.nan)          # (c, 2) core parameters of the table's rows (carry only)
 
     # ---- level 0: candidate pairs and one SNSD row each, at the start configuration ------------------
     with T.stage("neighbors"):
@@ -334,6 +343,8 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
                 _line_contact_level0(inp, prm, X0, Q0, ia, ib, geo, wb, ww, wgeo, table, R0)
             else:
                 table.append(**_rows(inp, wgeo, wb, -1 - ww, X0, np.zeros(len(wb), np.int64), np.zeros(len(wb))))
+            if carry:
+                axial = _carried_rows(inp, prm, X0, R0, ia, ib, geo, table)
     # candidate set for the overlap checks: body pairs as (ia, ib), walls as (wb, ww)
     cand_pairs = np.stack([ia, ib], axis=1)
     cand_walls = np.stack([wb, ww], axis=1)
@@ -477,6 +488,12 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
         sub_w = _next_sub(table, inp.gid[wb_], -1 - ww_, first=N_WALL_SLOTS)
         table.append(**_rows(inp, wsel, wb_, -1 - ww_, Xt, sub_w, np.zeros(bad_w.sum())),
                      level=np.full(int(bad_w.sum()), depth))
+        if carry:      # material points of the appended pair rows (wall rows: none, see _carried_rows)
+            pa_, pb_ = pa[bad_p], pb[bad_p]
+            axial = np.concatenate([axial, np.stack([
+                core_parameters(inp.kind, inp.shape, Xt, Rt, pa_, sel.p_i, sel.normal, 1.0),
+                core_parameters(inp.kind, inp.shape, Xt, Rt, pb_, sel.p_j, sel.normal, -1.0)], axis=1),
+                np.full((int(bad_w.sum()), 2), np.nan)])
         gamma = np.concatenate([gamma, np.zeros(len(table) - level_start)])
 
     n_global, n_active = comm.allreduce(np.array([len(table), int(np.count_nonzero(gamma > 0))]))
@@ -492,7 +509,14 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
     h = cache.get(table.ia[body], table.ib[body])
     ok = np.all(np.isfinite(h), axis=1)
     hint[body[ok]] = h[ok]
-    return StepResult(x=xt, q=qt, U=U_trial, F=F, table=table, gamma=gamma, diagnostics=diag, hint=hint)
+    carried = None
+    if carry:
+        # carried on: the rows appended in this step and the carried rows that ended up active
+        carried = np.where(((table.level >= 1) | (gamma > 0))[:, None], axial, np.nan)
+        diag["carried_rows"] = int(comm.allreduce(int(np.count_nonzero(table.level[table.sub >= N_PAIR_SLOTS]
+                                                                        == 0))))
+    return StepResult(x=xt, q=qt, U=U_trial, F=F, table=table, gamma=gamma, diagnostics=diag, hint=hint,
+                      carry=carried)
 
 
 def _multisphere_level0(inp, prm, X, Q, ia, ib, wb, ww, table):
@@ -523,6 +547,48 @@ def _line_contact_level0(inp, prm, X, Q, ia, ib, geo, wb, ww, wgeo, table, R=Non
     table.append(**_rows(inp, wg, wb[cand], -1 - ww[cand], X, wsub, np.zeros(len(cand))))
     cand, wsub, wg = ring_wall_rows(inp.kind, inp.shape, X, Q, wb, ww, inp.wall_points, inp.wall_normals, prm.skin)
     table.append(**_rows(inp, wg, wb[cand], -1 - ww[cand], X, wsub, np.zeros(len(cand))))
+
+
+def _carried_rows(inp, prm, X, R, ia, ib, geo, table):
+    """Level-0 rows re-sampling the material points of the previous step's appended rod-rod rows
+    (contact.carry_rows): for every warm-start row with core parameters (s_i, s_j) whose pair is among the
+    level-0 pairs (ia, ib) with SNSD geometry ``geo``, a point-against-core row
+    (:func:`relcp_mpi.contact.line_contacts.rod_point_rows`) at the start configuration, a necessary condition
+    of nonpenetration.  The row keeps the previous row's key (gid_i, gid_j, sub >= N_PAIR_SLOTS), so it is
+    warm-started with that row's multiplier, and rows appended later in the step take larger subs.  Rows
+    beyond the skin and rows that coincide with the pair's SNSD row are dropped.
+
+    Wall rows are not carried: the wall distance of a core point is linear in its axial parameter, so a row at an
+    interior point of a rod is a convex combination (gap and D column) of the two level-0 end-cap rows and cannot
+    change the LCP's feasible set; ring and ellipsoid rows are not carried either (point contacts or strictly
+    convex).  Returns the (len(table), 2) core parameters of the table's rows (NaN except the carried rows)."""
+    wv = inp.warm_values
+    if inp.warm_keys is None or wv is None or wv.shape[1] < 6 or len(ia) == 0:
+        return np.full((len(table), 2), np.nan)
+    take = np.flatnonzero(np.isfinite(wv[:, 4]) | np.isfinite(wv[:, 5]))
+    # rows in key order: the warm table's order depends on its route (a restart's table arrives in another order),
+    # and the column order of D must not, for a restart to continue bit for bit
+    wk = inp.warm_keys[take]
+    take = take[np.lexsort((wk["sub"], wk["gid_j"], wk["gid_i"]))]
+    wk = inp.warm_keys[take]
+    # the rows' pairs among the level-0 pairs (i = lower gid on both sides; the owner of gid_i owns both)
+    pk = np.empty(len(ia), dtype=[("gid_i", np.int64), ("gid_j", np.int64)])
+    pk["gid_i"], pk["gid_j"] = inp.gid[ia], inp.gid[ib]
+    ck = np.empty(len(wk), dtype=pk.dtype)
+    ck["gid_i"], ck["gid_j"] = wk["gid_i"], wk["gid_j"]
+    at = lookup_keys(ck, pk)
+    hit = at >= 0
+    take, at = take[hit], at[hit]
+    pair, g = rod_point_rows(inp.kind, inp.shape, X, R, ia[at], ib[at], wv[take, 4], wv[take, 5])
+    k = at[pair]
+    scale = inp.shape[ia[k], 0] + inp.shape[ib[k], 0] + inp.shape[ia[k], 1] + inp.shape[ib[k], 1]
+    same = norm_rows(g.p_i - geo.p_i[k]) + norm_rows(g.p_j - geo.p_j[k]) <= 1e-12 * scale
+    keep = (g.sep <= prm.skin) & ~same
+    rows, k = pair[keep], k[keep]
+    before = len(table)
+    table.append(**_rows(inp, _subset(g, keep), ia[k], ib[k], X, inp.warm_keys["sub"][take[rows]],
+                         np.zeros(len(rows))))
+    return np.concatenate([np.full((before, 2), np.nan), wv[take[rows], 4:6]])
 
 
 def _image_gap_rate(inp, table):
