@@ -1,0 +1,210 @@
+"""Compiled (numba) twin of the spherocylinder pair kernel :func:`relcp_mpi.geometry.spherocylinder.capsule_capsule`
+(segment-segment closest points, the core normal with its degenerate fallbacks, separation and witness points),
+one pair after the other.
+
+Optional (geometry/numba_switch.py): used by ``capsule_capsule`` for batches of at least ``MIN_ROWS`` pairs when
+numba is installed and ``RELCP_NUMBA`` is not ``0``.  Both paths give the same bits; ``tests/test_kernels_rod_jit.py``
+checks it on random batches with the degenerate cases (parallel, crossing, coincident, point cores).
+
+Why bit-identical: the numpy kernel is a fixed sequence of elementwise IEEE operations per pair (no BLAS), and
+this module performs the same operations in the same order for one pair (numba without ``fastmath``: no
+reassociation, no fused multiply-add; the numpy error model).  Where numpy's choices are not visible in the
+expression they are reproduced explicitly:
+
+* ``np.einsum("ij,ij->i", x, y)`` of (m, 3) rows sums in an order that depends on the memory layout: when both
+  operands have contiguous rows, numpy's SIMD inner loop (2 lanes on the SSE3 baseline) gives
+  ``((0 + x0 y0) + x2 y2) + x1 y1``, otherwise ``((0 + x0 y0) + x1 y1) + x2 y2`` (the leading ``0 +`` turns a
+  -0 into +0, as the accumulator does).  The caller's axes are often strided views of rotation matrices, so
+  the wrapper passes each axis array's layout flag (``_dot``);
+* ``np.clip`` / ``np.maximum`` / ``np.minimum``: ``max(a, b) = a if (a is NaN or a > b) else b`` (likewise
+  min), which fixes which signed zero wins a tie (``_max``, ``_min``, ``_clip``);
+* ``norm_rows``: ``sqrt((v0 v0 + v1 v1) + v2 v2)``; ``np.cross``: ``a1 b2 - a2 b1`` etc., products first.
+
+The layout rule of ``einsum`` is a property of the numpy build (the SIMD baseline of its inner loops); the
+tests pin both layouts to the numpy kernel, so a numpy with another order shows up as a failing test, not as
+silently different bits.
+
+What is gained: the numpy kernel makes ~150 array passes over the pairs (and the masked copies of its
+branches); here a pair stays in registers (docs/BENCHMARKS.md, "Compiled rod kernels").
+"""
+import numpy as np
+
+from .numba_switch import compile_globals, enabled  # noqa: F401 (the dispatch switch, re-exported)
+
+_EPS = np.finfo(float).eps
+_ENTRY = None
+MIN_ROWS = 256          # smaller batches take the numpy kernel (importing numba costs ~1 s per process)
+
+
+def _compiled():
+    """The compiled entry point; on first use the scalar functions below are replaced by their numba versions."""
+    global _ENTRY
+    if _ENTRY is None:
+        g = globals()
+        compile_globals(g, ("_max", "_min", "_clip", "_dot", "_norm", "_capsule_pair", "_capsule_all"))
+        _ENTRY = g["_capsule_all"]
+    return _ENTRY
+
+
+def _max(a, b):
+    """np.maximum of two floats (NaN in a propagates; a tie keeps b)."""
+    return a if (a != a or a > b) else b
+
+
+def _min(a, b):
+    """np.minimum of two floats."""
+    return a if (a != a or a < b) else b
+
+
+def _clip(x, lo, hi):
+    """np.clip(x, lo, hi) = minimum(maximum(x, lo), hi)."""
+    return _min(_max(x, lo), hi)
+
+
+def _dot(x0, x1, x2, y0, y1, y2, contig):
+    """One row of ``np.einsum("ij,ij->i", x, y)``; ``contig``: both operands have contiguous rows (module
+    docstring)."""
+    if contig:
+        return ((0.0 + x0 * y0) + x2 * y2) + x1 * y1
+    return ((0.0 + x0 * y0) + x1 * y1) + x2 * y2
+
+
+def _norm(v0, v1, v2):
+    """One row of ``norm_rows``."""
+    return np.sqrt((v0 * v0 + v1 * v1) + v2 * v2)
+
+
+def _capsule_pair(c1x, c1y, c1z, a1x, a1y, a1z, h1, c2x, c2y, c2z, a2x, a2y, a2z, h2, f1, f2):
+    """``spherocylinder._closest`` + ``_core_normal`` for one pair; f1, f2: contiguous rows of a1, a2.
+    Returns (P1 (3), P2 (3), n (3), dist)."""
+    eps4 = 4 * _EPS
+    eps64 = 64 * _EPS
+    # ---- _closest ----
+    rx = c1x - c2x
+    ry = c1y - c2y
+    rz = c1z - c2z
+    B = _dot(a1x, a1y, a1z, a2x, a2y, a2z, f1 and f2)
+    D = _dot(a1x, a1y, a1z, rx, ry, rz, f1)
+    E = _dot(a2x, a2y, a2z, rx, ry, rz, f2)
+    crx = a1y * a2z - a1z * a2y
+    cry = a1z * a2x - a1x * a2z
+    crz = a1x * a2y - a1y * a2x
+    den = _dot(crx, cry, crz, crx, cry, crz, True)
+    nonpar = den > 1e-28
+    dsafe = den if nonpar else 1.0
+    # candidate A: general position
+    s = _clip((B * E - D) / dsafe, -h1, h1) if nonpar else 0.0
+    t = B * s + E
+    tc = _clip(t, -h2, h2)
+    if tc != t:
+        s = _clip(B * tc - D, -h1, h1)
+    t = tc
+    inter = nonpar and abs(s) < h1 and abs(t) < h2
+    wx = (rx + s * a1x) - t * a2x
+    wy = (ry + s * a1y) - t * a2y
+    wz = (rz + s * a1z) - t * a2z
+    Dw = _dot(a1x, a1y, a1z, wx, wy, wz, f1)
+    Ew = _dot(a2x, a2y, a2z, wx, wy, wz, f2)
+    ds = (B * Ew - Dw) / dsafe
+    dt = B * ds + Ew
+    if inter:
+        s, t = _clip(s + ds, -h1, h1), _clip(t + dt, -h2, h2)
+    pa1x, pa1y, pa1z = c1x + s * a1x, c1y + s * a1y, c1z + s * a1z
+    pa2x, pa2y, pa2z = c2x + t * a2x, c2y + t * a2y, c2z + t * a2z
+    dA = _norm(pa1x - pa2x, pa1y - pa2y, pa1z - pa2z)
+    # candidate B: parallel treatment
+    aB = abs(B)
+    plo = -D - aB * h2
+    phi = -D + aB * h2
+    lo = _max(plo, -h1)
+    hi = _min(phi, h1)
+    sp = _clip(0.5 * (lo + hi), -h1, h1)
+    tp = _clip(B * sp + E, -h2, h2)
+    if not (lo <= hi):
+        sp = _clip(B * tp - D, -h1, h1)
+    pb1x, pb1y, pb1z = c1x + sp * a1x, c1y + sp * a1y, c1z + sp * a1z
+    pb2x, pb2y, pb2z = c2x + tp * a2x, c2y + tp * a2y, c2z + tp * a2z
+    dB = _norm(pb1x - pb2x, pb1y - pb2y, pb1z - pb2z)
+    scale = (_norm(rx, ry, rz) + h1) + h2
+    if (not nonpar) or (dB <= dA + eps4 * scale and den < 1e-12) or dB < dA:
+        s, t = sp, tp
+        pa1x, pa1y, pa1z, pa2x, pa2y, pa2z = pb1x, pb1y, pb1z, pb2x, pb2y, pb2z
+    # ---- _core_normal ----
+    dx, dy, dz = pa1x - pa2x, pa1y - pa2y, pa1z - pa2z
+    dist = _norm(dx, dy, dz)
+    tiny = eps64 * _max(scale, 1e-300)
+    seg1 = h1 > 0
+    seg2 = h2 > 0
+    crn = _norm(crx, cry, crz)
+    interior = abs(s) < h1 and abs(t) < h2
+    dd = dist if dist > 0 else 1.0
+    nx, ny, nz = dx / dd, dy / dd, dz / dd
+    if seg1 and seg2 and crn > 1e-10 and ((interior and crn > 1e-6) or dist <= tiny):
+        # crossing direction
+        ux, uy, uz = crx / crn, cry / crn, crz / crn
+        sgn = _dot(dx, dy, dz, ux, uy, uz, True)
+        if not (abs(sgn) > tiny):
+            sgn = _dot(rx, ry, rz, ux, uy, uz, True)
+        if sgn < 0:
+            nx, ny, nz = -ux, -uy, -uz
+        else:
+            nx, ny, nz = ux, uy, uz
+    elif dist <= tiny:
+        # coincident points / collinear cores: spherocylinder.perpendicular of the reference axis
+        if seg1:
+            e0, e1, e2 = a1x, a1y, a1z
+        elif seg2:
+            e0, e1, e2 = a2x, a2y, a2z
+        else:
+            e0, e1, e2 = 0.0, 0.0, 1.0
+        if abs(e0) < 0.6:
+            w0, w1, w2 = 1.0, 0.0, 0.0
+        else:
+            w0, w1, w2 = 0.0, 1.0, 0.0
+        v0 = e1 * w2 - e2 * w1
+        v1 = e2 * w0 - e0 * w2
+        v2 = e0 * w1 - e1 * w0
+        nv = _norm(v0, v1, v2)
+        v0, v1, v2 = v0 / nv, v1 / nv, v2 / nv
+        if _dot(v0, v1, v2, rx, ry, rz, True) < 0:
+            v0, v1, v2 = -v0, -v1, -v2
+        if seg1 or seg2:
+            nx, ny, nz = v0, v1, v2
+        else:
+            nx, ny, nz = 0.0, 0.0, 1.0
+    return pa1x, pa1y, pa1z, pa2x, pa2y, pa2z, nx, ny, nz, dist
+
+
+def _capsule_all(c1, a1, h1, R1, c2, a2, h2, R2, f1, f2, sep, nrm, p1, p2):
+    """``spherocylinder.capsule_capsule`` pair after pair into the output arrays."""
+    for k in range(c1.shape[0]):
+        P1x, P1y, P1z, P2x, P2y, P2z, nx, ny, nz, dist = _capsule_pair(
+            c1[k, 0], c1[k, 1], c1[k, 2], a1[k, 0], a1[k, 1], a1[k, 2], h1[k],
+            c2[k, 0], c2[k, 1], c2[k, 2], a2[k, 0], a2[k, 1], a2[k, 2], h2[k], f1, f2)
+        ri, rj = R1[k], R2[k]
+        sep[k] = (dist - ri) - rj
+        nrm[k, 0], nrm[k, 1], nrm[k, 2] = nx, ny, nz
+        p1[k, 0], p1[k, 1], p1[k, 2] = P1x - ri * nx, P1y - ri * ny, P1z - ri * nz
+        p2[k, 0], p2[k, 1], p2[k, 2] = P2x + rj * nx, P2y + rj * ny, P2z + rj * nz
+
+
+def _rows_contiguous(a):
+    """True when the rows of the (m, 3) array a are contiguous (numpy's einsum then takes its SIMD loop)."""
+    return a.strides[1] == a.itemsize
+
+
+def capsule_capsule(c_i, a_i, h_i, R_i, c_j, a_j, h_j, R_j):
+    """Compiled ``spherocylinder.capsule_capsule``: (m, 3) centres and unit axes (any strides), (m,) half lengths
+    and radii -> ``sep (m,), normal (m, 3) (from j to i), p_i (m, 3), p_j (m, 3)``, the same bits."""
+    c_i = np.asarray(c_i, dtype=float).reshape(-1, 3)
+    c_j = np.asarray(c_j, dtype=float).reshape(-1, 3)
+    a_i = np.asarray(a_i, dtype=float).reshape(-1, 3)
+    a_j = np.asarray(a_j, dtype=float).reshape(-1, 3)
+    m = c_i.shape[0]
+    h_i, h_j, R_i, R_j = (np.ascontiguousarray(np.broadcast_to(np.asarray(v, dtype=float), (m,)))
+                          for v in (h_i, h_j, R_i, R_j))
+    sep, n, p_i, p_j = np.empty(m), np.empty((m, 3)), np.empty((m, 3)), np.empty((m, 3))
+    if m:
+        _compiled()(c_i, a_i, h_i, R_i, c_j, a_j, h_j, R_j, _rows_contiguous(a_i), _rows_contiguous(a_j),
+                    sep, n, p_i, p_j)
+    return sep, n, p_i, p_j
