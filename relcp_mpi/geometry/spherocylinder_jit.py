@@ -29,7 +29,7 @@ branches); here a pair stays in registers (docs/BENCHMARKS.md, "Compiled rod ker
 """
 import numpy as np
 
-from .numba_switch import compile_globals, enabled  # noqa: F401 (the dispatch switch, re-exported)
+from .numba_switch import AVAILABLE, compile_globals, enabled  # noqa: F401 (the dispatch switch, re-exported)
 
 _EPS = np.finfo(float).eps
 _ENTRY = None
@@ -41,8 +41,9 @@ def _compiled():
     global _ENTRY
     if _ENTRY is None:
         g = globals()
-        compile_globals(g, ("_max", "_min", "_clip", "_dot", "_norm", "_capsule_pair", "_capsule_all"))
-        _ENTRY = g["_capsule_all"]
+        compile_globals(g, ("_max", "_min", "_clip", "_dot", "_norm", "_capsule_pair", "_store", "_capsule_all",
+                            "_capsule_indexed", "_point_core_bound", "_end_scales", "_end_rows_all"))
+        _ENTRY = g["_capsule_all"], g["_capsule_indexed"], g["_end_scales"], g["_end_rows_all"]
     return _ENTRY
 
 
@@ -181,11 +182,7 @@ def _capsule_all(c1, a1, h1, R1, c2, a2, h2, R2, f1, f2, sep, nrm, p1, p2):
         P1x, P1y, P1z, P2x, P2y, P2z, nx, ny, nz, dist = _capsule_pair(
             c1[k, 0], c1[k, 1], c1[k, 2], a1[k, 0], a1[k, 1], a1[k, 2], h1[k],
             c2[k, 0], c2[k, 1], c2[k, 2], a2[k, 0], a2[k, 1], a2[k, 2], h2[k], f1, f2)
-        ri, rj = R1[k], R2[k]
-        sep[k] = (dist - ri) - rj
-        nrm[k, 0], nrm[k, 1], nrm[k, 2] = nx, ny, nz
-        p1[k, 0], p1[k, 1], p1[k, 2] = P1x - ri * nx, P1y - ri * ny, P1z - ri * nz
-        p2[k, 0], p2[k, 1], p2[k, 2] = P2x + rj * nx, P2y + rj * ny, P2z + rj * nz
+        _store(k, dist, R1[k], R2[k], P1x, P1y, P1z, P2x, P2y, P2z, nx, ny, nz, sep, nrm, p1, p2)
 
 
 def _rows_contiguous(a):
@@ -205,6 +202,124 @@ def capsule_capsule(c_i, a_i, h_i, R_i, c_j, a_j, h_j, R_j):
                           for v in (h_i, h_j, R_i, R_j))
     sep, n, p_i, p_j = np.empty(m), np.empty((m, 3)), np.empty((m, 3)), np.empty((m, 3))
     if m:
-        _compiled()(c_i, a_i, h_i, R_i, c_j, a_j, h_j, R_j, _rows_contiguous(a_i), _rows_contiguous(a_j),
-                    sep, n, p_i, p_j)
+        _compiled()[0](c_i, a_i, h_i, R_i, c_j, a_j, h_j, R_j, _rows_contiguous(a_i), _rows_contiguous(a_j),
+                       sep, n, p_i, p_j)
     return sep, n, p_i, p_j
+
+
+def _store(k, dist, ri, rj, P1x, P1y, P1z, P2x, P2y, P2z, nx, ny, nz, sep, nrm, p1, p2):
+    """Row k of capsule_capsule's outputs: sep = dist - R_i - R_j, p_i = P1 - R_i n, p_j = P2 + R_j n."""
+    sep[k] = (dist - ri) - rj
+    nrm[k, 0], nrm[k, 1], nrm[k, 2] = nx, ny, nz
+    p1[k, 0], p1[k, 1], p1[k, 2] = P1x - ri * nx, P1y - ri * ny, P1z - ri * nz
+    p2[k, 0], p2[k, 1], p2[k, 2] = P2x + rj * nx, P2y + rj * ny, P2z + rj * nz
+
+
+def _capsule_indexed(X, Rm, shape, ia, ib, sep, nrm, p1, p2):
+    """capsule_capsule of the rod pairs (ia, ib) of one body set, read from the body arrays (no gathers).
+    The axes are taken as ``pair_snsd`` hands them over (masked copies, contiguous rows)."""
+    for k in range(ia.shape[0]):
+        i, j = ia[k], ib[k]
+        P1x, P1y, P1z, P2x, P2y, P2z, nx, ny, nz, dist = _capsule_pair(
+            X[i, 0], X[i, 1], X[i, 2], Rm[i, 0, 2], Rm[i, 1, 2], Rm[i, 2, 2], 0.5 * shape[i, 1],
+            X[j, 0], X[j, 1], X[j, 2], Rm[j, 0, 2], Rm[j, 1, 2], Rm[j, 2, 2], 0.5 * shape[j, 1], True, True)
+        _store(k, dist, shape[i, 0], shape[j, 0], P1x, P1y, P1z, P2x, P2y, P2z, nx, ny, nz, sep, nrm, p1, p2)
+
+
+def capsule_pairs_indexed(X, Rm, shape, ia, ib):
+    """``pair_snsd`` of the pairs (ia, ib) (k,) of a set of spherocylinders, bit for bit, without per-pair copies:
+    X (m, 3) centres, Rm (m, 3, 3) rotation matrices, shape (m, 3) = (R, L, 0) -> sep (k,), normal (k, 3),
+    p_i (k, 3), p_j (k, 3)."""
+    k = len(ia)
+    sep, n, p_i, p_j = np.empty(k), np.empty((k, 3)), np.empty((k, 3)), np.empty((k, 3))
+    if k:
+        _compiled()[1](np.ascontiguousarray(X, dtype=float), np.ascontiguousarray(Rm, dtype=float),
+                       np.ascontiguousarray(shape, dtype=float), np.ascontiguousarray(ia, dtype=np.int64),
+                       np.ascontiguousarray(ib, dtype=np.int64), sep, n, p_i, p_j)
+    return sep, n, p_i, p_j
+
+
+def _point_core_bound(wx, wy, wz, ax, ay, az, h):
+    """``line_contacts._point_core_bound`` of one point: max(|w| - h, sqrt(max(|w|^2 - (w.a)^2, 0)))."""
+    ww = _norm(wx, wy, wz)
+    t = (wx * ax + wy * ay) + wz * az
+    return _max(ww - h, np.sqrt(_max(ww * ww - t * t, 0.0)))
+
+
+def _end_scales(X, shape, i, j):
+    """max |X[i]|, max |X[j]|, max h_i, max h_j, max R_i, max R_j over the rod pairs (exact maxima)."""
+    xi, xj, hi, hj, ri, rj = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+    for p in range(i.shape[0]):
+        a, b = i[p], j[p]
+        for c in range(3):
+            xi = _max(abs(X[a, c]), xi)
+            xj = _max(abs(X[b, c]), xj)
+        hi = _max(0.5 * shape[a, 1], hi)
+        hj = _max(0.5 * shape[b, 1], hj)
+        ri = _max(shape[a, 0], ri)
+        rj = _max(shape[b, 0], rj)
+    return xi, xj, hi, hj, ri, rj
+
+
+def _end_rows_all(X, Rm, shape, i, j, rods, gpi, gpj, thr, skin, dup_tol, pair, sub, sep, nrm, p1, p2):
+    """``line_contacts.rod_pair_end_rows`` after its rod selection: slot after slot, pair after pair, the
+    skip test, the segment kernel (the axes as strided views there: left-to-right dots) and the skin / duplicate
+    filter; the kept rows go to the outputs in the numpy function's order.  Returns their number."""
+    cnt = 0
+    for slot in range(1, 5):
+        sgn = -1.0 if slot % 2 == 1 else 1.0
+        for p in range(i.shape[0]):
+            a, b = i[p], j[p]
+            h_i, h_j = 0.5 * shape[a, 1], 0.5 * shape[b, 1]
+            ri, rj = shape[a, 0], shape[b, 0]
+            aix, aiy, aiz = Rm[a, 0, 2], Rm[a, 1, 2], Rm[a, 2, 2]
+            ajx, ajy, ajz = Rm[b, 0, 2], Rm[b, 1, 2], Rm[b, 2, 2]
+            if slot <= 2:               # end sphere of i against the core of j
+                f = sgn * h_i
+                ex, ey, ez = X[a, 0] + f * aix, X[a, 1] + f * aiy, X[a, 2] + f * aiz
+                lb = _point_core_bound(ex - X[b, 0], ey - X[b, 1], ez - X[b, 2], ajx, ajy, ajz, h_j)
+            else:                       # core of i against the end sphere of j
+                f = sgn * h_j
+                ex, ey, ez = X[b, 0] + f * ajx, X[b, 1] + f * ajy, X[b, 2] + f * ajz
+                lb = _point_core_bound(ex - X[a, 0], ey - X[a, 1], ez - X[a, 2], aix, aiy, aiz, h_i)
+            if not ((lb - ri) - rj <= thr):
+                continue
+            if slot <= 2:
+                P1x, P1y, P1z, P2x, P2y, P2z, nx, ny, nz, dist = _capsule_pair(
+                    ex, ey, ez, aix, aiy, aiz, 0.0, X[b, 0], X[b, 1], X[b, 2], ajx, ajy, ajz, h_j, False, False)
+            else:
+                P1x, P1y, P1z, P2x, P2y, P2z, nx, ny, nz, dist = _capsule_pair(
+                    X[a, 0], X[a, 1], X[a, 2], aix, aiy, aiz, h_i, ex, ey, ez, ajx, ajy, ajz, 0.0, False, False)
+            _store(cnt, dist, ri, rj, P1x, P1y, P1z, P2x, P2y, P2z, nx, ny, nz, sep, nrm, p1, p2)
+            q = rods[p]
+            scale = ((ri + rj) + h_i) + h_j
+            same = (_norm(p1[cnt, 0] - gpi[q, 0], p1[cnt, 1] - gpi[q, 1], p1[cnt, 2] - gpi[q, 2])
+                    + _norm(p2[cnt, 0] - gpj[q, 0], p2[cnt, 1] - gpj[q, 1], p2[cnt, 2] - gpj[q, 2])
+                    <= dup_tol * scale)
+            if sep[cnt] <= skin and not same:
+                pair[cnt] = q
+                sub[cnt] = slot
+                cnt += 1
+    return cnt
+
+
+def end_rows(X, Rm, shape, i, j, rods, geo_p_i, geo_p_j, skin, dup_tol):
+    """Compiled end-point rows of rod-rod pairs (``line_contacts.rod_pair_end_rows`` after its rod selection):
+    bodies X (m, 3), Rm (m, 3, 3), shape (m, 3); rod pairs (i, j) (k,), their indices ``rods`` (k,) into the
+    pair list with SNSD witness points geo_p_i, geo_p_j (p, 3).  Returns ``pair, sub, sep, normal, p_i, p_j``
+    of the kept rows, the same bits and order as the numpy function."""
+    X = np.ascontiguousarray(X, dtype=float)
+    Rm = np.ascontiguousarray(Rm, dtype=float)
+    shape = np.ascontiguousarray(shape, dtype=float)
+    i, j, rods = (np.ascontiguousarray(v, dtype=np.int64) for v in (i, j, rods))
+    _, _, scales, rows = _compiled()
+    xi, xj, hi, hj, ri, rj = scales(X, shape, i, j)
+    # the numpy function's round-off margin, summed in its order
+    margin = 1e-9 * (1.0 + xi + xj + hi + hj + ri + rj + abs(float(skin)))
+    k = 4 * len(i)
+    pair, sub = np.empty(k, np.int64), np.empty(k, np.int64)
+    sep, n, p_i, p_j = np.empty(k), np.empty((k, 3)), np.empty((k, 3)), np.empty((k, 3))
+    c = rows(X, Rm, shape, i, j, rods, np.ascontiguousarray(geo_p_i, dtype=float),
+             np.ascontiguousarray(geo_p_j, dtype=float), skin + margin, float(skin), float(dup_tol),
+             pair, sub, sep, n, p_i, p_j)
+    return pair[:c], sub[:c], sep[:c], n[:c], p_i[:c], p_j[:c]
