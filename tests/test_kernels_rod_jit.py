@@ -137,3 +137,27 @@ def test_rod_end_rows_jit_is_numpy(monkeypatch, skin):
         assert _same_bits(got[0], ref[0]) and _same_bits(got[1], ref[1])
         for f in ("sep", "normal", "p_i", "p_j", "converged"):
             assert _same_bits(getattr(got[2], f), getattr(ref[2], f))
+
+
+@pytest.mark.parametrize("n_owned", [None, 2500])
+def test_candidate_pairs_jit_is_numpy(monkeypatch, n_owned):
+    """The compiled filter and order of the KD-tree pairs (contact/neighbors_jit.py) keep the same pairs in the
+    same order: mixed radii, duplicate points, pairs exactly at the bound, ghosts (n_owned)."""
+    from relcp_mpi.contact import neighbors_jit
+    rng = np.random.default_rng(4)
+    m = 4000
+    x = rng.uniform(0.0, 12.0, (m, 3))
+    r = rng.choice([0.25, 1.0], m)
+    x[1] = x[0]                                                          # coincident centres
+    x[3] = x[2] + [r[2] + r[3] + 0.1, 0.0, 0.0]                          # at the bound (up to rounding)
+    x[5] = x[4] + [0.0, 0.0, 2.1]
+    r[4] = r[5] = 1.0
+    calls = []
+    real = neighbors_jit.filter_sort
+    monkeypatch.setattr(neighbors_jit, "filter_sort", lambda *a: calls.append(1) or real(*a))
+    got = candidate_pairs(x, r, 0.1, n_owned=n_owned)
+    assert calls == [1]                                                  # the compiled path was taken
+    monkeypatch.setenv("RELCP_NUMBA", "0")
+    ref = candidate_pairs(x, r, 0.1, n_owned=n_owned)
+    assert calls == [1] and len(ref[0]) > neighbors_jit.MIN_ROWS
+    assert _same_bits(got[0], ref[0]) and _same_bits(got[1], ref[1])
