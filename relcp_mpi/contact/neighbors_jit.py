@@ -16,19 +16,13 @@ radius with other rounding than the tree's own distance test (``docs/BENCHMARKS.
 """
 import numpy as np
 
-from relcp_mpi.geometry.numba_switch import AVAILABLE, compile_globals, enabled  # noqa: F401 (re-exported)
+from relcp_mpi.geometry.numba_switch import AVAILABLE, compiled_entries, enabled  # noqa: F401 (re-exported)
 
-_ENTRY = None
 MIN_ROWS = 4096         # the tree of a small body set finds few pairs: numpy is as fast, numba costs ~1 s to import
 
 
 def _compiled():
-    global _ENTRY
-    if _ENTRY is None:
-        g = globals()
-        compile_globals(g, ("_filter_sort",))
-        _ENTRY = g["_filter_sort"]
-    return _ENTRY
+    return compiled_entries(globals(), ("_filter_sort",), ("_filter_sort",))[0]
 
 
 def _filter_sort(x, r, skin, n_owned, pairs, start, lo_out, hi_out):

@@ -21,24 +21,19 @@ line search's masked copies; here a pair's whole ascent stays in registers (docs
 """
 import numpy as np
 
-from .numba_switch import AVAILABLE, compile_globals, enabled  # noqa: F401 (re-exported)
+from .numba_switch import AVAILABLE, compiled_entries, enabled  # noqa: F401 (re-exported)
 
 _EPS = np.finfo(float).eps
 
 # numba is imported (and the kernels compiled or loaded from numba's cache) only when first used, so that
 # processes that never evaluate an ellipsoid pair do not pay for the import (geometry/numba_switch.py)
-_ENTRY = None
 MIN_ROWS = 256          # smaller batches take the numpy iteration (importing numba costs ~1 s per process)
 
 
 def _compiled():
-    """The compiled entry point; on first use the scalar functions below are replaced by their numba versions."""
-    global _ENTRY
-    if _ENTRY is None:
-        g = globals()
-        compile_globals(g, ("_mv", "_f", "_tgrad", "_newton_pair", "_newton_all", "_foot_axis", "_foot_all"))
-        _ENTRY = (g["_newton_all"], g["_foot_all"])
-    return _ENTRY
+    """The compiled entry points; on first use the scalar functions below are replaced by their numba versions."""
+    return compiled_entries(globals(), ("_mv", "_f", "_tgrad", "_newton_pair", "_newton_all", "_foot_axis",
+                                        "_foot_all"), ("_newton_all", "_foot_all"))
 
 
 def _mv(m0, m1, m2, m3, m4, m5, x, y, z):

@@ -30,3 +30,12 @@ def compile_globals(g, names):
             g[name] = numba.njit(cache=True, error_model="numpy", nogil=True)(g[name])
         except RuntimeError:            # "cannot cache function ...: no locator available"
             g[name] = numba.njit(cache=False, error_model="numpy", nogil=True)(g[name])
+
+
+def compiled_entries(g, names, entries):
+    """The compiled entry points ``entries`` (a tuple) of the module namespace ``g``: on first use the functions
+    ``names`` are compiled in place (:func:`compile_globals`); kept in ``g["_ENTRY"]``."""
+    if g.get("_ENTRY") is None:
+        compile_globals(g, names)
+        g["_ENTRY"] = tuple(g[n] for n in entries)
+    return g["_ENTRY"]

@@ -29,22 +29,18 @@ branches); here a pair stays in registers (docs/BENCHMARKS.md, "Compiled rod ker
 """
 import numpy as np
 
-from .numba_switch import AVAILABLE, compile_globals, enabled  # noqa: F401 (the dispatch switch, re-exported)
+from .numba_switch import AVAILABLE, compiled_entries, enabled  # noqa: F401 (the dispatch switch, re-exported)
 
 _EPS = np.finfo(float).eps
-_ENTRY = None
 MIN_ROWS = 256          # smaller batches take the numpy kernel (importing numba costs ~1 s per process)
 
 
 def _compiled():
-    """The compiled entry point; on first use the scalar functions below are replaced by their numba versions."""
-    global _ENTRY
-    if _ENTRY is None:
-        g = globals()
-        compile_globals(g, ("_max", "_min", "_clip", "_dot", "_norm", "_capsule_pair", "_store", "_capsule_all",
-                            "_capsule_indexed", "_point_core_bound", "_end_scales", "_end_rows_all"))
-        _ENTRY = g["_capsule_all"], g["_capsule_indexed"], g["_end_scales"], g["_end_rows_all"]
-    return _ENTRY
+    """The compiled entry points; on first use the scalar functions below are replaced by their numba versions."""
+    return compiled_entries(globals(), ("_max", "_min", "_clip", "_dot", "_norm", "_capsule_pair", "_store",
+                                        "_capsule_all", "_capsule_indexed", "_point_core_bound", "_end_scales",
+                                        "_end_rows_all"),
+                            ("_capsule_all", "_capsule_indexed", "_end_scales", "_end_rows_all"))
 
 
 def _max(a, b):
