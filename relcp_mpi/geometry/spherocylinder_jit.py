@@ -39,8 +39,8 @@ def _compiled():
     """The compiled entry points; on first use the scalar functions below are replaced by their numba versions."""
     return compiled_entries(globals(), ("_max", "_min", "_clip", "_dot", "_norm", "_capsule_pair", "_store",
                                         "_capsule_all", "_capsule_indexed", "_point_core_bound", "_end_scales",
-                                        "_end_rows_all"),
-                            ("_capsule_all", "_capsule_indexed", "_end_scales", "_end_rows_all"))
+                                        "_end_rows_all", "_support", "_round_lb_all"),
+                            ("_capsule_all", "_capsule_indexed", "_end_scales", "_end_rows_all", "_round_lb_all"))
 
 
 def _max(a, b):
@@ -308,7 +308,7 @@ def end_rows(X, Rm, shape, i, j, rods, geo_p_i, geo_p_j, skin, dup_tol):
     Rm = np.ascontiguousarray(Rm, dtype=float)
     shape = np.ascontiguousarray(shape, dtype=float)
     i, j, rods = (np.ascontiguousarray(v, dtype=np.int64) for v in (i, j, rods))
-    _, _, scales, rows = _compiled()
+    _, _, scales, rows, _ = _compiled()
     xi, xj, hi, hj, ri, rj = scales(X, shape, i, j)
     # the numpy function's round-off margin, summed in its order
     margin = 1e-9 * (1.0 + xi + xj + hi + hj + ri + rj + abs(float(skin)))
@@ -319,3 +319,47 @@ def end_rows(X, Rm, shape, i, j, rods, geo_p_i, geo_p_j, skin, dup_tol):
              np.ascontiguousarray(geo_p_j, dtype=float), skin + margin, float(skin), float(dup_tol),
              pair, sub, sep, n, p_i, p_j)
     return pair[:c], sub[:c], sep[:c], n[:c], p_i[:c], p_j[:c]
+
+
+def _support(ax0, ax1, ax2, rad, half, i, u0, u1, u2):
+    """Support value of round body i (sphere: half = 0) along the unit u: R + L/2 |a . u| (``support.pair_lower_bound``'s
+    ``h``, sum order (p0 + p1) + p2)."""
+    return rad[i] + half[i] * abs((ax0[i] * u0 + ax1[i] * u1) + ax2[i] * u2)
+
+
+def _round_lb_all(X, ax0, ax1, ax2, rad, half, ia, ib, hint, has_hint, lb):
+    """``support.pair_lower_bound`` of a sphere/rod set, pair after pair (same operations, same order)."""
+    for k in range(ia.shape[0]):
+        a, b = ia[k], ib[k]
+        d0, d1, d2 = X[a, 0] - X[b, 0], X[a, 1] - X[b, 1], X[a, 2] - X[b, 2]
+        dist = np.sqrt((d0 * d0 + d1 * d1) + d2 * d2)
+        if dist > 0:
+            u0, u1, u2 = d0 / dist, d1 / dist, d2 / dist
+            v = (dist - _support(ax0, ax1, ax2, rad, half, a, u0, u1, u2)) \
+                - _support(ax0, ax1, ax2, rad, half, b, u0, u1, u2)
+        else:
+            v = -np.inf
+        if has_hint:
+            h0, h1, h2 = hint[k, 0], hint[k, 1], hint[k, 2]
+            hn = _norm(h0, h1, h2)
+            if np.isfinite(hn) and hn > 0:
+                w0, w1, w2 = h0 / hn, h1 / hn, h2 / hn
+                lb_h = (_dot(w0, w1, w2, d0, d1, d2, True) - _support(ax0, ax1, ax2, rad, half, a, w0, w1, w2)) \
+                    - _support(ax0, ax1, ax2, rad, half, b, w0, w1, w2)
+                v = _max(v, lb_h)
+        lb[k] = v
+
+
+def round_lower_bound(X, ax, rad, half, ia, ib, hint=None):
+    """Compiled ``support.pair_lower_bound`` of a set of spheres and spherocylinders, the same bits: X (m, 3),
+    ax = 3 contiguous axis columns (m,), rad / half (m,) radii and half lengths (0 for spheres), pairs (ia, ib)
+    (k,), hint (k, 3) or None -> lb (k,)."""
+    k = len(ia)
+    lb = np.empty(k)
+    if k:
+        has = hint is not None
+        h = np.ascontiguousarray(hint, dtype=float) if has else np.zeros((1, 3))
+        _compiled()[4](np.ascontiguousarray(X, dtype=float), ax[0], ax[1], ax[2], rad, half,
+                       np.ascontiguousarray(ia, dtype=np.int64), np.ascontiguousarray(ib, dtype=np.int64),
+                       h, has, lb)
+    return lb
