@@ -1,10 +1,16 @@
-"""Compiled (numba) twin of the spherocylinder pair kernel :func:`relcp_mpi.geometry.spherocylinder.capsule_capsule`
-(segment-segment closest points, the core normal with its degenerate fallbacks, separation and witness points),
-one pair after the other.
+"""Compiled (numba) twins of the spherocylinder (rod) kernels, one pair after the other:
 
-Optional (geometry/numba_switch.py): used by ``capsule_capsule`` for batches of at least ``MIN_ROWS`` pairs when
-numba is installed and ``RELCP_NUMBA`` is not ``0``.  Both paths give the same bits; ``tests/test_kernels_rod_jit.py``
-checks it on random batches with the degenerate cases (parallel, crossing, coincident, point cores).
+* :func:`capsule_capsule` of :func:`relcp_mpi.geometry.spherocylinder.capsule_capsule` (segment-segment closest
+  points, the core normal with its degenerate fallbacks, separation and witness points);
+* :func:`capsule_pairs_indexed`: the same for the pairs (ia, ib) of a rod bed, reading the body arrays by index
+  (``contact.pair_snsd_indexed``, the stepper's pair geometry: no per-pair gathers of centres and matrices);
+* :func:`end_rows`: ``contact.line_contacts.rod_pair_end_rows`` (skip bound, segment kernel, skin and duplicate
+  filter) in one pass;
+* :func:`round_lower_bound`: ``support.pair_lower_bound`` of sphere/rod sets (the support-function screen).
+
+Optional (geometry/numba_switch.py): used for batches of at least ``MIN_ROWS`` pairs when numba is installed and
+``RELCP_NUMBA`` is not ``0``.  Both paths give the same bits; ``tests/test_kernels_rod_jit.py`` checks it on
+random batches with the degenerate cases (parallel, crossing, coincident, collinear, point cores).
 
 Why bit-identical: the numpy kernel is a fixed sequence of elementwise IEEE operations per pair (no BLAS), and
 this module performs the same operations in the same order for one pair (numba without ``fastmath``: no
@@ -22,10 +28,13 @@ expression they are reproduced explicitly:
 
 The layout rule of ``einsum`` is a property of the numpy build (the SIMD baseline of its inner loops); the
 tests pin both layouts to the numpy kernel, so a numpy with another order shows up as a failing test, not as
-silently different bits.
+silently different bits.  The kernels use only +, -, *, /, sqrt, abs and comparisons, which are correctly
+rounded in numpy's runtime-dispatched SIMD loops as in LLVM, so the bits do not depend on the CPU either (unlike
+a transcendental such as ``np.power``, whose AVX-512 loop is not libm's).
 
-What is gained: the numpy kernel makes ~150 array passes over the pairs (and the masked copies of its
-branches); here a pair stays in registers (docs/BENCHMARKS.md, "Compiled rod kernels").
+What is gained: the numpy kernels make about a hundred array passes over the pairs (plus the gathers of the
+bodies' data and the masked copies of the branches); here a pair stays in registers (docs/BENCHMARKS.md,
+"Compiled rod kernels").
 """
 import numpy as np
 
