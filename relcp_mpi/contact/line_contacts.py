@@ -34,6 +34,7 @@ from relcp_mpi.bodies.shapes import RING, SPHEROCYLINDER
 from relcp_mpi.basics.rows import norm_rows
 from relcp_mpi.geometry import quaternion
 from relcp_mpi.geometry.contact import ContactGeometry
+from relcp_mpi.geometry import spherocylinder_jit
 from relcp_mpi.geometry.spherocylinder import capsule_capsule
 
 N_PAIR_SLOTS = 5          # sub-contact numbers 0..4 are level-0 slots of a body pair
@@ -60,6 +61,12 @@ def rod_pair_end_rows(kind, shape, X, Q, ia, ib, geo, skin, dup_tol=1e-12, R=Non
     if len(rods) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), _empty()
     i, j = ia[rods], ib[rods]
+    if len(rods) >= spherocylinder_jit.MIN_ROWS and spherocylinder_jit.enabled():
+        # compiled twin of the rest of this function (same bits, same row order), reading the body arrays
+        pair, sub, sep, nrm, p_i, p_j = spherocylinder_jit.end_rows(
+            X, quaternion.to_matrix(Q) if R is None else R, shape, i, j, rods, geo.p_i, geo.p_j, skin, dup_tol)
+        return pair, sub, ContactGeometry(sep=sep, normal=nrm, p_i=p_i, p_j=p_j,
+                                          converged=np.ones(len(pair), bool))
     M_i = quaternion.to_matrix(Q[i]) if R is None else R[i]        # (k, 3, 3); axis = M[:, :, 2]
     M_j = quaternion.to_matrix(Q[j]) if R is None else R[j]
     h_i, h_j = 0.5 * shape[i, 1], 0.5 * shape[j, 1]

@@ -7,6 +7,8 @@ is a plain Euclidean one over owned + ghost bodies.
 import numpy as np
 from scipy.spatial import cKDTree
 
+from relcp_mpi.contact import neighbors_jit
+
 
 def candidate_pairs(x, r, skin, n_owned=None):
     """Candidate pairs among points x (m, 3) with bounding radii r (m,).
@@ -28,6 +30,8 @@ def candidate_pairs(x, r, skin, n_owned=None):
     pairs = tree.query_pairs(2 * rmax + skin, output_type="ndarray")
     if len(pairs) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if len(pairs) >= neighbors_jit.MIN_ROWS and neighbors_jit.enabled():
+        return neighbors_jit.filter_sort(x, r, skin, n_owned, pairs)      # compiled twin of the rest, same pairs
     ia, ib = pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.int64)
     d = pair_distance(x, ia, ib)
     keep = (d <= r[ia] + r[ib] + skin) & (np.minimum(ia, ib) < n_owned)

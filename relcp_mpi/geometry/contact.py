@@ -34,6 +34,7 @@ from ..bodies.shapes import SPHERE, SPHEROCYLINDER, ELLIPSOID, RING, KIND_NAMES
 from ..basics import quaternion
 from .sphere import sphere_sphere
 from .spherocylinder import capsule_capsule
+from . import spherocylinder_jit
 from .ellipsoid import sphere_vs_ellipsoid, capsule_vs_ellipsoid, ellipsoid_vs_ellipsoid
 from .torus import ring_ring_kernel, ring_sphere_kernel
 from .result import ContactGeometry  # noqa: F401 (the geometry contract, re-exported)
@@ -210,6 +211,23 @@ def pair_snsd(kind_i, shape_i, x_i, q_i, kind_j, shape_j, x_j, q_j, *, tol=1e-12
     if check:
         _raise_if_failed(conv, "pair_snsd")
     return ContactGeometry(sep, normal, p_i, p_j, conv)
+
+
+def pair_snsd_indexed(kind, shape, X, Q, ia, ib, *, tol=1e-12, check=True, hint=None, R=None):
+    """:func:`pair_snsd` of the pairs (ia, ib) (k,) of one body set (kind (m,), shape (m, 3), X (m, 3), Q (m, 4),
+    optional rotation matrices R (m, 3, 3)), bit for bit.
+
+    A set of spherocylinders only (the rod beds) with R given and numba available takes the compiled kernel,
+    which reads the body arrays by index instead of gathering per-pair copies (``spherocylinder_jit``);
+    everything else gathers and calls :func:`pair_snsd`."""
+    ia = np.asarray(ia, dtype=np.int64)
+    ib = np.asarray(ib, dtype=np.int64)
+    if (R is not None and len(ia) >= spherocylinder_jit.MIN_ROWS and spherocylinder_jit.enabled()
+            and np.all(np.asarray(kind) == SPHEROCYLINDER)):
+        sep, n, p_i, p_j = spherocylinder_jit.capsule_pairs_indexed(X, R, shape, ia, ib)
+        return ContactGeometry(sep, n, p_i, p_j, np.ones(len(ia), dtype=bool))
+    return pair_snsd(kind[ia], shape[ia], X[ia], Q[ia], kind[ib], shape[ib], X[ib], Q[ib], tol=tol, check=check,
+                     hint=hint, R_i=None if R is None else R[ia], R_j=None if R is None else R[ib])
 
 
 def wall_snsd(kind, shape, x, q, wall_point, wall_normal, R=None):

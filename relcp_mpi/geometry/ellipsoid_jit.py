@@ -19,37 +19,21 @@ lockstep changes nothing per pair: the numpy iteration's active-set compaction o
 What is gained: the numpy iteration pays ~150 array passes per Newton iteration over the active rows plus the
 line search's masked copies; here a pair's whole ascent stays in registers (docs/BENCHMARKS.md, "Step kernels").
 """
-import importlib.util
-import os
-
 import numpy as np
+
+from .numba_switch import AVAILABLE, compiled_entries, enabled  # noqa: F401 (re-exported)
 
 _EPS = np.finfo(float).eps
 
 # numba is imported (and the kernels compiled or loaded from numba's cache) only when first used, so that
-# processes that never evaluate an ellipsoid pair do not pay for the import
-AVAILABLE = os.environ.get("RELCP_NUMBA", "1") != "0" and importlib.util.find_spec("numba") is not None
-_ENTRY = None
+# processes that never evaluate an ellipsoid pair do not pay for the import (geometry/numba_switch.py)
 MIN_ROWS = 256          # smaller batches take the numpy iteration (importing numba costs ~1 s per process)
 
 
-def enabled():
-    """True when the compiled kernels are used (numba is installed and ``RELCP_NUMBA`` is not ``0``)."""
-    return AVAILABLE and os.environ.get("RELCP_NUMBA", "1") != "0"
-
-
 def _compiled():
-    """The compiled entry point; on first use the scalar functions below are replaced by their numba versions
-    (numba resolves the calls between them through the module globals)."""
-    global _ENTRY
-    if _ENTRY is None:
-        import numba
-        jit = numba.njit(cache=True, error_model="numpy", nogil=True)
-        g = globals()
-        for name in ("_mv", "_f", "_tgrad", "_newton_pair", "_newton_all", "_foot_axis", "_foot_all"):
-            g[name] = jit(g[name])
-        _ENTRY = (g["_newton_all"], g["_foot_all"])
-    return _ENTRY
+    """The compiled entry points; on first use the scalar functions below are replaced by their numba versions."""
+    return compiled_entries(globals(), ("_mv", "_f", "_tgrad", "_newton_pair", "_newton_all", "_foot_axis",
+                                        "_foot_all"), ("_newton_all", "_foot_all"))
 
 
 def _mv(m0, m1, m2, m3, m4, m5, x, y, z):

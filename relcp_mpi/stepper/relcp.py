@@ -32,7 +32,7 @@ from relcp_mpi.bodies.shapes import ELLIPSOID
 from relcp_mpi.contact.line_contacts import (N_PAIR_SLOTS, N_WALL_SLOTS, core_parameters, ring_wall_rows,
                                              rod_pair_end_rows, rod_point_rows, rod_wall_cap_rows)
 from relcp_mpi.contact.neighbors import pair_distance, candidate_pairs, wall_candidates
-from relcp_mpi.geometry.contact import pair_snsd, wall_snsd
+from relcp_mpi.geometry.contact import pair_snsd_indexed, wall_snsd
 from relcp_mpi.geometry.result import ContactGeometry
 from relcp_mpi.geometry.support import pair_lower_bound, separation_lower_bound
 from relcp_mpi.petsc import get_petsc
@@ -184,10 +184,9 @@ def _pair_geometry(inp, X, Q, ia, ib, tol, hint=None, R=None):
     """Geometry of the pairs (ia, ib) at the configuration (X, Q), KERNEL_CHUNK pairs per kernel call; ``R`` =
     rotation matrices of Q (per body) or None."""
     return ContactGeometry.concatenate([
-        pair_snsd(inp.kind[a], inp.shape[a], X[a], Q[a], inp.kind[b], inp.shape[b], X[b], Q[b],
-                  tol=tol, check=True, hint=None if hint is None else hint[s],
-                  R_i=None if R is None else R[a], R_j=None if R is None else R[b])
-        for s in _chunks(len(ia)) for a, b in [(ia[s], ib[s])]])
+        pair_snsd_indexed(inp.kind, inp.shape, X, Q, ia[s], ib[s], tol=tol, check=True,
+                          hint=None if hint is None else hint[s], R=R)
+        for s in _chunks(len(ia))])
 
 
 class _HintCache:
