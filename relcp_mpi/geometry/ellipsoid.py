@@ -85,7 +85,9 @@ def closest_point_body(e, y, max_iter=100):
         v = a / den
         phi = np.sqrt(np.sum(v * v, axis=1))
         psi = 1.0 / phi - 1.0
-        dpsi = np.sum(v * v / den, axis=1) / phi ** 3
+        # phi^3 as two products, not a power: numpy's power has its own SIMD code on some CPUs (AVX-512), which
+        # differs in the last bits from libm's pow that the compiled twin would use
+        dpsi = np.sum(v * v / den, axis=1) / (phi * phi * phi)
         l = np.where(psi <= 0.0, s, lo[active])
         u = np.where(psi >= 0.0, s, hi[active])
         lo[active] = l

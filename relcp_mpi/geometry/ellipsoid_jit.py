@@ -266,7 +266,7 @@ def _foot_all(e, y, max_iter, foot, sdf, normal, conv):
                 v0, v1, v2 = al0 / d0, al1 / d1, al2 / d2
                 phi = np.sqrt(v0 * v0 + v1 * v1 + v2 * v2)
                 psi = 1.0 / phi - 1.0
-                dpsi = (v0 * v0 / d0 + v1 * v1 / d1 + v2 * v2 / d2) / np.power(phi, 3.0)
+                dpsi = (v0 * v0 / d0 + v1 * v1 / d1 + v2 * v2 / d2) / (phi * phi * phi)
                 l = sg if psi <= 0.0 else lo
                 u = sg if psi >= 0.0 else hi
                 lo = l
