@@ -21,8 +21,14 @@ from relcp_mpi.geometry.numba_switch import AVAILABLE, compiled_entries, enabled
 MIN_ROWS = 4096         # the tree of a small body set finds few pairs: numpy is as fast, numba costs ~1 s to import
 
 
+_JIT_NAMES = _ENTRIES = ("_filter_sort",)
+AOT_SIGNATURES = {      # the entry point's types for the AOT build (geometry/aot_build.py)
+    "_filter_sort": "i8(f8[:, ::1], f8[::1], f8, i8, i8[:, ::1], i8[::1], i8[::1], i8[::1])",
+}
+
+
 def _compiled():
-    return compiled_entries(globals(), ("_filter_sort",), ("_filter_sort",))[0]
+    return compiled_entries(globals(), _JIT_NAMES, _ENTRIES)[0]
 
 
 def _filter_sort(x, r, skin, n_owned, pairs, start, lo_out, hi_out):
