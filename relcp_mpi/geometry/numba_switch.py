@@ -42,6 +42,10 @@ def source_fingerprint():
     return int.from_bytes(h.digest()[:7], "little")
 
 
+def _load_aot():
+    return importlib.import_module(AOT_MODULE)
+
+
 def aot_module():
     """The AOT extension module, or None when it is not built, fails to import or is stale (loaded once)."""
     global _AOT
@@ -49,7 +53,7 @@ def aot_module():
         _AOT = False
         if HAVE_AOT_FILE:
             try:
-                mod = importlib.import_module(AOT_MODULE)
+                mod = _load_aot()
             except ImportError as exc:
                 warnings.warn(f"{AOT_MODULE} does not import ({exc}); not using it", RuntimeWarning)
             else:
