@@ -1,8 +1,8 @@
 """Compiled (numba) twin of the part of :func:`relcp_mpi.contact.neighbors.candidate_pairs` after the KD-tree:
 the exact bounding-sphere filter of the tree's pairs and their (lo, hi) order.
 
-Optional (geometry/numba_switch.py): used for at least ``MIN_ROWS`` tree pairs when numba is installed and
-``RELCP_NUMBA`` is not ``0``.  The same pairs in the same order as the numpy path:
+Optional (geometry/numba_switch.py): used for at least ``MIN_ROWS`` tree pairs when a build of it is available
+(the ahead-of-time module of geometry/aot_build.py, else numba's JIT) and ``RELCP_NUMBA`` is not ``0``.  The same pairs in the same order as the numpy path:
 
 * the filter evaluates, per pair, the numpy path's operations in its order (``pair_distance``: the squares of
   the coordinate differences summed ``(s0 + s1) + s2``, then ``sqrt``; ``d <= (r_a + r_b) + skin``;

@@ -3,8 +3,9 @@ ascent of the ellipsoid-ellipsoid SNSD (``ee_newton``) and the foot-point solve 
 signed distance (``closest_point_body``, used by the sphere-, spherocylinder- and ellipsoid-ellipsoid kernels).
 
 Optional: used by :func:`relcp_mpi.geometry.ellipsoid._ee_newton` and ``closest_point_body`` for batches of at
-least ``MIN_ROWS`` rows when numba is installed (Debian ``python3-numba``, installed by ``tools/setup.sh``; on a
-cluster ``pip install numba`` or nothing) and ``RELCP_NUMBA`` is not ``0``.  Without it the batched numpy
+least ``MIN_ROWS`` rows when a build of them is available (the ahead-of-time module of geometry/aot_build.py,
+built by ``tools/setup.sh``; else numba's JIT: Debian ``python3-numba``, on a cluster ``pip install numba`` or
+nothing; geometry/numba_switch.py) and ``RELCP_NUMBA`` is not ``0``.  Without it the batched numpy
 iterations run; both give the same bits.
 
 Why they are bit-identical to the numpy paths: the numpy kernels (``ellipsoid._ee_local`` / ``_ee_newton_iter``,

@@ -8,8 +8,8 @@
   filter) in one pass;
 * :func:`round_lower_bound`: ``support.pair_lower_bound`` of sphere/rod sets (the support-function screen).
 
-Optional (geometry/numba_switch.py): used for batches of at least ``MIN_ROWS`` pairs when numba is installed and
-``RELCP_NUMBA`` is not ``0``.  Both paths give the same bits; ``tests/test_kernels_rod_jit.py`` checks it on
+Optional (geometry/numba_switch.py): used for batches of at least ``MIN_ROWS`` pairs when a build of them is
+available (the ahead-of-time module of geometry/aot_build.py, else numba's JIT) and ``RELCP_NUMBA`` is not ``0``.  Both paths give the same bits; ``tests/test_kernels_rod_jit.py`` checks it on
 random batches with the degenerate cases (parallel, crossing, coincident, collinear, point cores).
 
 Why bit-identical: the numpy kernel is a fixed sequence of elementwise IEEE operations per pair (no BLAS), and
