@@ -40,3 +40,18 @@ def shared_dir():
     world.Barrier()
     if world.rank == 0:
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(params=["aot", "jit"])
+def compiled_backend(request, monkeypatch):
+    """Each build of the compiled kernels in turn (geometry/numba_switch.py): ``aot`` (the ahead-of-time extension
+    module) and ``jit`` (numba), selected through RELCP_AOT; a backend that is not available here (no AOT build,
+    no numba, or RELCP_NUMBA=0 at start) is skipped."""
+    from relcp_mpi.geometry import numba_switch
+    if not numba_switch.AVAILABLE:
+        pytest.skip("no compiled kernels (no AOT build and no numba, or RELCP_NUMBA=0 at start)")
+    monkeypatch.setenv("RELCP_NUMBA", "1")
+    monkeypatch.setenv("RELCP_AOT", "1" if request.param == "aot" else "0")
+    if numba_switch.backend() != request.param:
+        pytest.skip(f"the {request.param} kernels are not available here")
+    return request.param

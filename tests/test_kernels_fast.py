@@ -219,12 +219,10 @@ def _ellipsoid_pairs(rng, m, lo, hi, mixed):
     return e_i, x_i, _unit_q(rng, m), e_j, x_i - d, _unit_q(rng, m)
 
 
-def test_ellipsoid_newton_compiled_equals_numpy(monkeypatch):
-    """The numba Newton ascent (geometry/ellipsoid_jit.py) and the numpy iteration give the same bits, unhinted
-    and hinted, separated and overlapping; RELCP_NUMBA=0 forces the numpy path."""
+def test_ellipsoid_newton_compiled_equals_numpy(compiled_backend, monkeypatch):
+    """The compiled Newton ascent (geometry/ellipsoid_jit.py; each build: AOT and JIT) and the numpy iteration give
+    the same bits, unhinted and hinted, separated and overlapping; RELCP_NUMBA=0 forces the numpy path."""
     from relcp_mpi.geometry import ellipsoid_jit
-    if not ellipsoid_jit.AVAILABLE:
-        pytest.skip("numba not installed or RELCP_NUMBA=0 at start (the numpy path is the only one)")
     rng = np.random.default_rng(7)
     E = ELLIPSOID
     for lo, hi, mixed in ((0.25, 0.5, False), (0.5, 1.2, False), (0.05, 1.3, True)):
@@ -246,13 +244,11 @@ def test_ellipsoid_newton_compiled_equals_numpy(monkeypatch):
     pair_snsd(E, e_i, x_i, q_i, E, e_j, x_j, q_j, check=False)
 
 
-def test_ellipsoid_foot_point_compiled_equals_numpy(monkeypatch):
+def test_ellipsoid_foot_point_compiled_equals_numpy(compiled_backend, monkeypatch):
     """The compiled foot-point solve (closest point / signed distance) equals the numpy one bit for bit, on
     degenerate input too (equal semi-axes, spheres, points on medial planes, the centre, points very close to it);
     so do the sphere- and spherocylinder-ellipsoid kernels built on it."""
-    from relcp_mpi.geometry import ellipsoid as EL, ellipsoid_jit
-    if not ellipsoid_jit.AVAILABLE:
-        pytest.skip("numba not installed or RELCP_NUMBA=0 at start (the numpy path is the only one)")
+    from relcp_mpi.geometry import ellipsoid as EL
     rng = np.random.default_rng(8)
     m = 6000
     e = rng.uniform(0.2, 2.0, (m, 3))

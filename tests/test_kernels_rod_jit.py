@@ -3,8 +3,9 @@
 Random batches of rod (and point-core) pairs with the degenerate cases of the segment kernel: parallel and
 anti-parallel cores side by side, collinear cores, coincident centres of parallel cores, crossing cores,
 zero-length cores, touching end points.  Every output is compared byte for byte (signed zeros included), for both
-memory layouts of the axes (the sum order of numpy's row dot products depends on it).  Skipped only without numba
-(or with RELCP_NUMBA=0 at start: then the numpy kernels are the only ones).
+memory layouts of the axes (the sum order of numpy's row dot products depends on it).  Every test runs for each
+build of the compiled kernels (the ``compiled_backend`` fixture: the AOT extension module and numba's JIT), and
+is skipped only for a build that is not available here (no AOT build, no numba, RELCP_NUMBA=0 at start).
 """
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from relcp_mpi.geometry import spherocylinder_jit as J
 from relcp_mpi.geometry.contact import pair_snsd, pair_snsd_indexed
 from relcp_mpi.geometry.spherocylinder import capsule_capsule
 
-pytestmark = pytest.mark.skipif(not J.AVAILABLE, reason="numba not installed or RELCP_NUMBA=0 at start")
+pytestmark = pytest.mark.skipif(not J.AVAILABLE, reason="no compiled kernels or RELCP_NUMBA=0 at start")
 
 
 def _same_bits(a, b):
@@ -56,7 +57,7 @@ def _degenerate_pairs(rng, m):
 
 @pytest.mark.parametrize("layout", ["strided", "contiguous", "mixed"])
 @pytest.mark.parametrize("m", [1, 7, 300, 5000])
-def test_capsule_capsule_jit_is_numpy(monkeypatch, layout, m):
+def test_capsule_capsule_jit_is_numpy(compiled_backend, monkeypatch, layout, m):
     rng = np.random.default_rng(m)
     c1, M1, h1, r1, c2, M2, h2, r2 = _degenerate_pairs(rng, m)
     a1 = M1[:, :, 2] if layout != "contiguous" else np.ascontiguousarray(M1[:, :, 2])
@@ -74,7 +75,7 @@ def test_capsule_capsule_jit_is_numpy(monkeypatch, layout, m):
         assert np.allclose(ref[0][b], -(r1 + r2)[b], rtol=0.0, atol=1e-12)
 
 
-def test_capsule_capsule_dispatch(monkeypatch):
+def test_capsule_capsule_dispatch(compiled_backend, monkeypatch):
     """Batches of MIN_ROWS pairs and more take the compiled kernel unless RELCP_NUMBA=0."""
     rng = np.random.default_rng(1)
     m = J.MIN_ROWS
@@ -103,7 +104,7 @@ def _rod_bed(rng, m):
     return kind, shape, X, q
 
 
-def test_pair_snsd_indexed_jit_is_pair_snsd(monkeypatch):
+def test_pair_snsd_indexed_jit_is_pair_snsd(compiled_backend, monkeypatch):
     rng = np.random.default_rng(2)
     kind, shape, X, q = _rod_bed(rng, 1500)
     R = Q.to_matrix(q)
@@ -120,7 +121,7 @@ def test_pair_snsd_indexed_jit_is_pair_snsd(monkeypatch):
 
 
 @pytest.mark.parametrize("skin", [0.15, 0.6])
-def test_rod_end_rows_jit_is_numpy(monkeypatch, skin):
+def test_rod_end_rows_jit_is_numpy(compiled_backend, monkeypatch, skin):
     rng = np.random.default_rng(3)
     kind, shape, X, q = _rod_bed(rng, 1500)
     R = Q.to_matrix(q)
@@ -140,7 +141,7 @@ def test_rod_end_rows_jit_is_numpy(monkeypatch, skin):
 
 
 @pytest.mark.parametrize("n_owned", [None, 2500])
-def test_candidate_pairs_jit_is_numpy(monkeypatch, n_owned):
+def test_candidate_pairs_jit_is_numpy(compiled_backend, monkeypatch, n_owned):
     """The compiled filter and order of the KD-tree pairs (contact/neighbors_jit.py) keep the same pairs in the
     same order: mixed radii, duplicate points, pairs exactly at the bound, ghosts (n_owned)."""
     from relcp_mpi.contact import neighbors_jit
@@ -164,7 +165,7 @@ def test_candidate_pairs_jit_is_numpy(monkeypatch, n_owned):
 
 
 @pytest.mark.parametrize("spheres", [False, True])
-def test_pair_lower_bound_jit_is_numpy(monkeypatch, spheres):
+def test_pair_lower_bound_jit_is_numpy(compiled_backend, monkeypatch, spheres):
     """The compiled support-function screen of sphere/rod sets equals the numpy one bit for bit, unhinted and
     hinted (NaN and zero hints, hints along and against the centre line), coincident centres included."""
     from relcp_mpi.bodies.shapes import SPHERE

@@ -10,7 +10,9 @@ Every case runs in its own process (``mpirun -n NP`` when ``--np`` > 1), so the 
 case is its own: ``resource.getrusage(RUSAGE_SELF).ru_maxrss`` at the end of the case (import, deck, set-up,
 initial-overlap check and all steps included), reduced over the ranks (max and min).  Per case it reports
 
-* wall time per timed step (after ``--warm`` untimed steps) and steps/s;
+* wall time per timed step (after ``--warm`` untimed steps) and steps/s; CPU time per timed step (max over the
+  ranks; the figure to compare on a shared machine); the compiled-kernel backend (``aot``, ``jit`` or ``numpy``:
+  ``RELCP_NUMBA`` / ``RELCP_AOT``, geometry/numba_switch.py) and whether numba was imported;
 * the stage breakdown of the timed steps (the engine's stage timer: migrate, ghosts, mobility, neighbors,
   geometry, assembly, solve, recursion; max over ranks, seconds per step and percent of the step);
 * LCP solves per step (recursion depth + 1), solver iterations per step and per solve, constraint rows,
@@ -45,9 +47,10 @@ CASES = {
 STAGES = ("migrate", "ghosts", "mobility", "neighbors", "geometry", "assembly", "solve", "recursion")
 # fields every JSON record carries (tests/test_bench_peer_cases.py checks them)
 RECORD_FIELDS = ("bench", "case", "deck", "ranks", "bodies", "timed_steps", "warm_steps", "wall_s", "s_per_step",
-                 "steps_per_s", "stages", "stage_s_per_step", "solves_per_step", "iterations_per_step",
-                 "iterations_per_solve", "mean_constraints", "max_depth", "max_overlap", "overlap_tol",
-                 "rss_mib", "peak_rss_mib_max", "peak_rss_mib_min", "machine", "load_avg", "date")
+                 "steps_per_s", "cpu_s_per_step", "kernels", "numba_imported", "stages", "stage_s_per_step",
+                 "solves_per_step", "iterations_per_step", "iterations_per_solve", "mean_constraints", "max_depth",
+                 "max_overlap", "overlap_tol", "rss_mib", "peak_rss_mib_max", "peak_rss_mib_min", "machine", "load_avg",
+                 "date")
 
 
 def rss_mib():
@@ -73,6 +76,7 @@ def run_case(case, deck_path, steps, warm):
 
     from relcp_mpi import Simulation
     from relcp_mpi.config.deck import load
+    from relcp_mpi.geometry import numba_switch
     from relcp_mpi.petsc import get_petsc
     get_petsc()
     comm = MPI.COMM_WORLD
@@ -86,8 +90,9 @@ def run_case(case, deck_path, steps, warm):
     diags = []
     sim.reset_timer()                                    # time only the remaining steps
     comm.Barrier()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     sim.run(steps, writers=[], on_step=lambda s: diags.append(s.diag))
+    cpu = comm.allreduce(time.process_time() - c0, op=MPI.MAX)
     comm.Barrier()
     wall = time.perf_counter() - t0
     mem["end"] = rss_mib()
@@ -104,6 +109,7 @@ def run_case(case, deck_path, steps, warm):
     return dict(
         bench="peer_cases", case=case, deck=deck_path, ranks=comm.size, bodies=sim.n_global, timed_steps=steps,
         warm_steps=warm, wall_s=wall, s_per_step=wall / steps, steps_per_s=steps / wall,
+        cpu_s_per_step=cpu / steps, kernels=numba_switch.backend(), numba_imported="numba" in sys.modules,
         stages=stage_max, stage_s_per_step={k: v / steps for k, v in stage_max.items()},
         solves_per_step=solves / n, iterations_per_step=iters / n, iterations_per_solve=iters / max(solves, 1),
         mean_constraints=sum(d["constraints"] for d in diags) / n, max_depth=max(d["depth"] for d in diags),

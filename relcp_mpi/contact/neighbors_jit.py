@@ -1,8 +1,8 @@
 """Compiled (numba) twin of the part of :func:`relcp_mpi.contact.neighbors.candidate_pairs` after the KD-tree:
 the exact bounding-sphere filter of the tree's pairs and their (lo, hi) order.
 
-Optional (geometry/numba_switch.py): used for at least ``MIN_ROWS`` tree pairs when numba is installed and
-``RELCP_NUMBA`` is not ``0``.  The same pairs in the same order as the numpy path:
+Optional (geometry/numba_switch.py): used for at least ``MIN_ROWS`` tree pairs when a build of it is available
+(the ahead-of-time module of geometry/aot_build.py, else numba's JIT) and ``RELCP_NUMBA`` is not ``0``.  The same pairs in the same order as the numpy path:
 
 * the filter evaluates, per pair, the numpy path's operations in its order (``pair_distance``: the squares of
   the coordinate differences summed ``(s0 + s1) + s2``, then ``sqrt``; ``d <= (r_a + r_b) + skin``;
@@ -21,8 +21,14 @@ from relcp_mpi.geometry.numba_switch import AVAILABLE, compiled_entries, enabled
 MIN_ROWS = 4096         # the tree of a small body set finds few pairs: numpy is as fast, numba costs ~1 s to import
 
 
+_JIT_NAMES = _ENTRIES = ("_filter_sort",)
+AOT_SIGNATURES = {      # the entry point's types for the AOT build (geometry/aot_build.py)
+    "_filter_sort": "i8(f8[:, ::1], f8[::1], f8, i8, i8[:, ::1], i8[::1], i8[::1], i8[::1])",
+}
+
+
 def _compiled():
-    return compiled_entries(globals(), ("_filter_sort",), ("_filter_sort",))[0]
+    return compiled_entries(globals(), _JIT_NAMES, _ENTRIES)[0]
 
 
 def _filter_sort(x, r, skin, n_owned, pairs, start, lo_out, hi_out):

@@ -3,8 +3,9 @@ ascent of the ellipsoid-ellipsoid SNSD (``ee_newton``) and the foot-point solve 
 signed distance (``closest_point_body``, used by the sphere-, spherocylinder- and ellipsoid-ellipsoid kernels).
 
 Optional: used by :func:`relcp_mpi.geometry.ellipsoid._ee_newton` and ``closest_point_body`` for batches of at
-least ``MIN_ROWS`` rows when numba is installed (Debian ``python3-numba``, installed by ``tools/setup.sh``; on a
-cluster ``pip install numba`` or nothing) and ``RELCP_NUMBA`` is not ``0``.  Without it the batched numpy
+least ``MIN_ROWS`` rows when a build of them is available (the ahead-of-time module of geometry/aot_build.py,
+built by ``tools/setup.sh``; else numba's JIT: Debian ``python3-numba``, on a cluster ``pip install numba`` or
+nothing; geometry/numba_switch.py) and ``RELCP_NUMBA`` is not ``0``.  Without it the batched numpy
 iterations run; both give the same bits.
 
 Why they are bit-identical to the numpy paths: the numpy kernels (``ellipsoid._ee_local`` / ``_ee_newton_iter``,
@@ -30,10 +31,18 @@ _EPS = np.finfo(float).eps
 MIN_ROWS = 256          # smaller batches take the numpy iteration (importing numba costs ~1 s per process)
 
 
+_JIT_NAMES = ("_mv", "_f", "_tgrad", "_newton_pair", "_newton_all", "_foot_axis", "_foot_all")
+_ENTRIES = ("_newton_all", "_foot_all")
+AOT_SIGNATURES = {      # the entry points' types for the AOT build (geometry/aot_build.py)
+    "_newton_all": "void(f8[:, ::1], f8[:, ::1], f8, f8, i8, f8[:, ::1], b1[::1])",
+    "_foot_all": "void(f8[:, ::1], f8[:, ::1], i8, f8[:, ::1], f8[::1], f8[:, ::1], b1[::1])",
+}
+
+
 def _compiled():
-    """The compiled entry points; on first use the scalar functions below are replaced by their numba versions."""
-    return compiled_entries(globals(), ("_mv", "_f", "_tgrad", "_newton_pair", "_newton_all", "_foot_axis",
-                                        "_foot_all"), ("_newton_all", "_foot_all"))
+    """The compiled entry points (numba_switch.compiled_entries: the AOT module's, or numba's, compiled from the
+    scalar functions below on first use)."""
+    return compiled_entries(globals(), _JIT_NAMES, _ENTRIES)
 
 
 def _mv(m0, m1, m2, m3, m4, m5, x, y, z):

@@ -8,8 +8,8 @@
   filter) in one pass;
 * :func:`round_lower_bound`: ``support.pair_lower_bound`` of sphere/rod sets (the support-function screen).
 
-Optional (geometry/numba_switch.py): used for batches of at least ``MIN_ROWS`` pairs when numba is installed and
-``RELCP_NUMBA`` is not ``0``.  Both paths give the same bits; ``tests/test_kernels_rod_jit.py`` checks it on
+Optional (geometry/numba_switch.py): used for batches of at least ``MIN_ROWS`` pairs when a build of them is
+available (the ahead-of-time module of geometry/aot_build.py, else numba's JIT) and ``RELCP_NUMBA`` is not ``0``.  Both paths give the same bits; ``tests/test_kernels_rod_jit.py`` checks it on
 random batches with the degenerate cases (parallel, crossing, coincident, collinear, point cores).
 
 Why bit-identical: the numpy kernel is a fixed sequence of elementwise IEEE operations per pair (no BLAS), and
@@ -44,12 +44,28 @@ _EPS = np.finfo(float).eps
 MIN_ROWS = 256          # smaller batches take the numpy kernel (importing numba costs ~1 s per process)
 
 
+_JIT_NAMES = ("_max", "_min", "_clip", "_dot", "_norm", "_capsule_pair", "_store", "_capsule_all", "_capsule_indexed",
+              "_point_core_bound", "_end_scales", "_end_rows_all", "_support", "_round_lb_all")
+_ENTRIES = ("_capsule_all", "_capsule_indexed", "_end_scales", "_end_rows_all", "_round_lb_all")
+# the entry points' types for the AOT build (geometry/aot_build.py); "A" (any layout) where the wrapper does not
+# make the array contiguous
+AOT_SIGNATURES = {
+    "_capsule_all": "void(f8[:, :], f8[:, :], f8[::1], f8[::1], f8[:, :], f8[:, :], f8[::1], f8[::1], b1, b1, "
+                    "f8[::1], f8[:, ::1], f8[:, ::1], f8[:, ::1])",
+    "_capsule_indexed": "void(f8[:, ::1], f8[:, :, ::1], f8[:, ::1], i8[::1], i8[::1], f8[::1], f8[:, ::1], "
+                        "f8[:, ::1], f8[:, ::1])",
+    "_end_scales": "UniTuple(f8, 6)(f8[:, ::1], f8[:, ::1], i8[::1], i8[::1])",
+    "_end_rows_all": "i8(f8[:, ::1], f8[:, :, ::1], f8[:, ::1], i8[::1], i8[::1], i8[::1], f8[:, ::1], f8[:, ::1], "
+                     "f8, f8, f8, i8[::1], i8[::1], f8[::1], f8[:, ::1], f8[:, ::1], f8[:, ::1])",
+    "_round_lb_all": "void(f8[:, ::1], f8[:], f8[:], f8[:], f8[:], f8[:], i8[::1], i8[::1], f8[:, ::1], b1, "
+                     "f8[::1])",
+}
+
+
 def _compiled():
-    """The compiled entry points; on first use the scalar functions below are replaced by their numba versions."""
-    return compiled_entries(globals(), ("_max", "_min", "_clip", "_dot", "_norm", "_capsule_pair", "_store",
-                                        "_capsule_all", "_capsule_indexed", "_point_core_bound", "_end_scales",
-                                        "_end_rows_all", "_support", "_round_lb_all"),
-                            ("_capsule_all", "_capsule_indexed", "_end_scales", "_end_rows_all", "_round_lb_all"))
+    """The compiled entry points (numba_switch.compiled_entries: the AOT module's, or numba's, compiled from the
+    scalar functions below on first use)."""
+    return compiled_entries(globals(), _JIT_NAMES, _ENTRIES)
 
 
 def _max(a, b):
