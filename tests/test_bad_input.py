@@ -242,6 +242,33 @@ def test_lock_held_by_live_process_refuses(tmp_path):
         holder.wait()
 
 
+def test_lock_of_exited_unreaped_or_exiting_holder_is_stale(tmp_path):
+    """The ranks of a run ended by MPI_Abort may still exist when the launcher returns: as zombies (exited, not
+    reaped) or for a moment while they exit.  Their lock is stale: a zombie holder at once, a holder that exits
+    within STALE_GRACE seconds after waiting for it (rundir.acquire_run_lock, serial)."""
+    import socket
+    from relcp_mpi.io.rundir import STALE_GRACE, _proc_start, acquire_run_lock
+    for kind in ("zombie", "exiting"):
+        out = tmp_path / kind
+        out.mkdir()
+        code = "pass" if kind == "zombie" else "import time; time.sleep(%g)" % (0.3 * STALE_GRACE)
+        holder = subprocess.Popen([sys.executable, "-c", code])
+        try:
+            info = {"pid": holder.pid, "host": socket.gethostname(), "proc_start": _proc_start(holder.pid)}
+            _lock(out).write_text(json.dumps(info) + "\n")
+            if kind == "zombie":
+                deadline = time.monotonic() + 30
+                while open(f"/proc/{holder.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+                    assert time.monotonic() < deadline
+                    time.sleep(0.05)
+            lock = acquire_run_lock(str(out), "good")      # not refused: the holder is gone / goes
+            assert lock.note and f"removed the stale lock {_lock(out)}" in lock.note
+            lock.release()
+        finally:
+            holder.kill()
+            holder.wait()
+
+
 def test_stale_lock_is_replaced(tmp_path):
     """A lock left by a dead process on this host is removed (with a note) and the run proceeds; the
     run's own lock is gone afterwards."""

@@ -38,14 +38,19 @@ def _oserror(exc):
     return f"{exc.strerror or exc} ({code})"
 
 
-def _proc_start(pid):
-    """Start time of process ``pid`` in clock ticks since boot (Linux /proc), or None if unknown."""
+def _proc_stat(pid):
+    """(state, start time in clock ticks since boot) of process ``pid`` from Linux /proc, or (None, None)."""
     try:
         with open(f"/proc/{int(pid)}/stat", "rb") as fh:
-            stat = fh.read().decode("ascii", "replace")
-        return int(stat.rsplit(")", 1)[1].split()[19])       # field 22 of stat
+            fields = fh.read().decode("ascii", "replace").rsplit(")", 1)[1].split()
+        return fields[0], int(fields[19])                     # fields 3 and 22 of stat
     except (OSError, ValueError, IndexError):
-        return None
+        return None, None
+
+
+def _proc_start(pid):
+    """Start time of process ``pid`` in clock ticks since boot (Linux /proc), or None if unknown."""
+    return _proc_stat(pid)[1]
 
 
 def _alive(pid, start):
@@ -58,8 +63,25 @@ def _alive(pid, start):
         pass                    # exists, owned by someone else
     except (OverflowError, ValueError):
         return False
-    now = _proc_start(pid)
+    state, now = _proc_stat(pid)
+    if state in ("Z", "X"):     # exited, not yet reaped (a rank killed by MPI_Abort whose launcher has returned)
+        return False
     return start is None or now is None or now == start      # a reused pid has another start time
+
+
+# seconds a live holder of the lock on this host is given to exit before the run is refused: the ranks of a run
+# ended by MPI_Abort may still be on their way out when the launcher returns and the user restarts
+STALE_GRACE = 5.0
+
+
+def _gone_within(pid, start, seconds):
+    """True if the lock holder (pid, start time) on this host has exited, waiting at most ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while _alive(pid, start):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def ensure_directory(directory):
@@ -145,7 +167,7 @@ def acquire_run_lock(directory, name):
             if attempt == 0 and other is None:          # released meanwhile: try again
                 continue
             if attempt == 0 and other.get("host") == info["host"] \
-                    and not _alive(other.get("pid", -1), other.get("proc_start")):
+                    and _gone_within(other.get("pid", -1), other.get("proc_start"), STALE_GRACE):
                 try:
                     os.remove(path)
                 except FileNotFoundError:
