@@ -1,6 +1,6 @@
 """The body-dof Newton systems of the second-order LCP methods (relcp_mpi.solver.body_system): both forms return
-``(Theta^{-1} + A)^{-1} b`` on the rows with ``Theta > 0`` and hold the rows with ``Theta = 0`` at zero, i.e. they
-solve ``(Theta_S^{-1} + A_SS) x_S = b_S`` on the subset S -- checked against a dense solve."""
+``(Theta^{-1} + A)^{-1} b``; the body-dof form also holds the rows with ``Theta = 0`` at zero, i.e. it solves
+``(Theta_S^{-1} + A_SS) x_S = b_S`` on the subset S -- checked against a dense solve."""
 import numpy as np
 import pytest
 
@@ -11,8 +11,7 @@ from test_solver import block_diag, contact_D, contact_op, petsc_aij, spd_blocks
 PETSc = get_petsc()
 
 
-@pytest.mark.parametrize("form", ["body", "constraint"])
-@pytest.mark.parametrize("frac_on", [1.0, 0.6])
+@pytest.mark.parametrize("form, frac_on", [("body", 1.0), ("body", 0.6), ("constraint", 1.0)])
 def test_subset_newton_system_matches_dense_solve(form, frac_on):
     rng = np.random.default_rng(7)
     nb, nc = 12, 40                       # more rows than dofs (72): A is singular, Theta^{-1} makes it definite

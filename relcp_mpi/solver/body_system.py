@@ -1,4 +1,4 @@
-"""Newton systems of the second-order LCP methods (:mod:`.ipm`, :mod:`.pdas`), reduced to the body dofs.
+"""Newton systems of the second-order LCP methods (:mod:`.ipm`), reduced to the body dofs.
 
 For ``A = D^T Mt D`` (a :class:`~relcp_mpi.solver.operator.ContactOperator`, ``Mt = dt M`` the scaled (6, 6)
 mobility blocks) and a diagonal ``Theta >= 0`` over the constraint rows, the Sherman-Morrison-Woodbury identity
@@ -10,8 +10,7 @@ and ``0`` on the rows where ``Theta = 0`` (they drop out of K: a row with ``Thet
 body-dof (6 per body, block size 6) SPD matrix: the stiffness matrix of the contact network with spring constant
 ``Theta_k`` per contact.  :class:`BodySystem` assembles it (``Ds = D Theta^{1/2}``, ``Ds Ds^T`` by MatTranspose +
 MatMatMult, plus the block-diagonal ``Mt^{-1}``) and solves it with a persistent KSP; :class:`ConstraintSystem`
-is the same for an assembled constraint-space matrix ``A`` (``A + Theta^{-1}``, rows with ``Theta = 0`` replaced
-by identity rows).
+is the same for an assembled constraint-space matrix ``A`` (``A + Theta^{-1}``, ``Theta > 0`` on every row).
 
 Linear solver (``pc_type``): ``'cholesky'``: one sparse Cholesky factorization by MUMPS per assembly, applied
 once (``preonly``); any other PC type: CG preconditioned by it to the relative tolerance ``rtol``.
@@ -108,8 +107,8 @@ class BodySystem:
 
 
 class ConstraintSystem:
-    """``A + Theta^{-1}`` assembled (A an AIJ matrix), rows and columns with ``Theta = 0`` replaced by identity
-    ones (their unknowns held at zero); ``solve(b)`` -> (dg (numpy), KSP iterations), as :class:`BodySystem`."""
+    """``A + Theta^{-1}`` assembled (A an AIJ matrix, ``Theta > 0`` on every row); ``solve(b)`` -> (dg (numpy),
+    KSP iterations), as :class:`BodySystem`."""
 
     def __init__(self, A, ksp):
         self.A = A
@@ -117,33 +116,26 @@ class ConstraintSystem:
         self.K = A.copy()
         self.dA = A.getDiagonal()
         self.dv = self.dA.duplicate()
-        self.mask = self.dA.duplicate()
         self.bv, self.xv = A.createVecs()
 
     def assemble(self, theta):
         A = self.A
         A.copy(self.K, structure=PETSc.Mat.Structure.SAME_NONZERO_PATTERN)
-        on = theta > 0
-        self.mask.getArray()[:] = on
-        self.mask.stateIncrease()
-        self.K.diagonalScale(L=self.mask, R=self.mask)
         d = self.dv.getArray()
-        inv = np.divide(1.0, theta, out=np.ones_like(theta), where=on)
-        np.add(np.where(on, self.dA.getArray(readonly=True), 0.0), inv, out=d)
+        np.add(self.dA.getArray(readonly=True), 1.0 / theta, out=d)
         self.dv.stateIncrease()
         self.K.setDiagonal(self.dv)
         self.ksp.setOperators(self.K)
         self.ksp.setUp()
-        self.on = on
 
     def solve(self, b):
-        self.bv.getArray()[:] = np.where(self.on, b, 0.0)
+        self.bv.getArray()[:] = b
         self.bv.stateIncrease()
         self.ksp.solve(self.bv, self.xv)
-        return np.where(self.on, self.xv.getArray(readonly=True), 0.0), self.ksp.getIterationNumber()
+        return self.xv.getArray(readonly=True).copy(), self.ksp.getIterationNumber()
 
     def destroy(self):
-        for o in (self.K, self.dA, self.dv, self.mask, self.bv, self.xv):
+        for o in (self.K, self.dA, self.dv, self.bv, self.xv):
             o.destroy()
 
 
