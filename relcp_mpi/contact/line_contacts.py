@@ -101,13 +101,19 @@ def rod_pair_end_rows(kind, shape, X, Q, ia, ib, geo, skin, dup_tol=1e-12, R=Non
     idx = np.concatenate([p[0] for p in parts])
     pair = rods[idx]
     sep, nrm, p_i, p_j = (np.concatenate([p[2][k] for p in parts]) for k in range(4))
-    # drop rows outside the skin and rows that coincide with the pair's own SNSD row
-    scale = (R_i + R_j + h_i + h_j)[idx]
-    same = norm_rows(p_i - geo.p_i[pair]) + norm_rows(p_j - geo.p_j[pair]) <= dup_tol * scale
-    keep = (sep <= skin) & ~same
+    keep = distinct_within_skin(sep, p_i, p_j, geo.p_i[pair], geo.p_j[pair], (R_i + R_j + h_i + h_j)[idx], skin,
+                                dup_tol)
     g = ContactGeometry(sep=sep[keep], normal=nrm[keep], p_i=p_i[keep], p_j=p_j[keep],
                         converged=np.ones(int(keep.sum()), bool))
     return pair[keep], sub[keep].astype(np.int64), g
+
+
+def distinct_within_skin(sep, p_i, p_j, snsd_p_i, snsd_p_j, scale, skin, dup_tol=1e-12):
+    """Mask (k,) of the extra rows of rod pairs to keep: within the skin (``sep <= skin``) and not a copy of the
+    pair's own SNSD row (witness points ``snsd_p_i``, ``snsd_p_j``), i.e. their witness points differ from it by
+    more than ``dup_tol * scale`` [L] (``scale`` (k,): a length of the pair)."""
+    same = norm_rows(p_i - snsd_p_i) + norm_rows(p_j - snsd_p_j) <= dup_tol * scale
+    return (sep <= skin) & ~same
 
 
 def _point_core_bound(w, a, h):

@@ -29,8 +29,8 @@ from relcp_mpi.contact.constraints import ConstraintTable, assemble_D, lookup_ke
 from relcp_mpi.basics import quaternion
 from relcp_mpi.basics.rows import norm_rows
 from relcp_mpi.bodies.shapes import ELLIPSOID
-from relcp_mpi.contact.line_contacts import (N_PAIR_SLOTS, N_WALL_SLOTS, core_parameters, ring_wall_rows,
-                                             rod_pair_end_rows, rod_point_rows, rod_wall_cap_rows)
+from relcp_mpi.contact.line_contacts import (N_PAIR_SLOTS, N_WALL_SLOTS, core_parameters, distinct_within_skin,
+                                             ring_wall_rows, rod_pair_end_rows, rod_point_rows, rod_wall_cap_rows)
 from relcp_mpi.contact.neighbors import pair_distance, candidate_pairs, wall_candidates
 from relcp_mpi.geometry.contact import pair_snsd_indexed, wall_snsd
 from relcp_mpi.geometry.result import ContactGeometry
@@ -581,8 +581,7 @@ def _carried_rows(inp, prm, X, R, ia, ib, geo, table):
     pair, g = rod_point_rows(inp.kind, inp.shape, X, R, ia[at], ib[at], wv[take, 4], wv[take, 5])
     k = at[pair]
     scale = inp.shape[ia[k], 0] + inp.shape[ib[k], 0] + inp.shape[ia[k], 1] + inp.shape[ib[k], 1]
-    same = norm_rows(g.p_i - geo.p_i[k]) + norm_rows(g.p_j - geo.p_j[k]) <= 1e-12 * scale
-    keep = (g.sep <= prm.skin) & ~same
+    keep = distinct_within_skin(g.sep, g.p_i, g.p_j, geo.p_i[k], geo.p_j[k], scale, prm.skin)
     rows, k = pair[keep], k[keep]
     before = len(table)
     table.append(**_rows(inp, _subset(g, keep), ia[k], ib[k], X, inp.warm_keys["sub"][take[rows]],
