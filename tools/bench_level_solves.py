@@ -110,11 +110,87 @@ def _admm(data, A, x0, tol, rho_factor, max_iter, alpha=1.6):
     return it, res, time.perf_counter() - t0
 
 
+def _ssnal(data, A, x0, tol, rho_factor, grow, max_outer=100, max_newton=60):
+    """SSNAL prototype (see the module docstring) on the dump ``data`` with its matrix ``A`` (scipy), from the
+    multipliers ``x0``: (sparse Cholesky factorizations, min-map residual, wall)."""
+    import scipy.sparse as sp
+    from relcp_mpi.petsc import get_petsc
+    from relcp_mpi.solver.body_system import inverse_blocks
+    PETSc = get_petsc()
+    q, D = data["q"], data["D"].tocsr()
+    Dt = D.T.tocsr()
+    n = len(data["blocks"])
+    Mt = data["dt"] * data["blocks"]
+
+    def bdiag(b):
+        return sp.bsr_matrix((b, np.arange(n), np.arange(n + 1)), shape=(6 * n, 6 * n)).tocsr()
+
+    Minv, Mtm = bdiag(inverse_blocks(Mt)), bdiag(Mt)
+    ksp = PETSc.KSP().create(comm=PETSc.COMM_SELF)
+    ksp.setType("preonly")
+    ksp.getPC().setType("cholesky")
+    ksp.getPC().setFactorSolverType("mumps")
+    t0 = time.perf_counter()
+    rho = rho_factor / A.diagonal().mean()
+    g = np.maximum(x0, 0.0)
+    nfact, K, S_fact = 0, None, None
+    res = float(np.abs(np.minimum(g, A @ g + q)).max())
+    for _ in range(max_outer):
+        if res <= tol:
+            break
+        u = Mtm @ (D @ g)
+        for _ in range(max_newton):            # semismooth Newton on the subproblem, exact line search
+            z = g - rho * (q + Dt @ u)
+            S = z > 0
+            Mu = Minv @ u
+            grad = Mu - D @ np.where(S, z, 0.0)
+            if S_fact is None or not np.array_equal(S, S_fact):
+                DS = D[:, np.flatnonzero(S)]
+                H = (Minv + rho * (DS @ DS.T)).tocsr()
+                H.sort_indices()
+                if K is not None:
+                    K.destroy()
+                K = PETSc.Mat().createAIJ(H.shape, csr=(H.indptr.astype(PETSc.IntType),
+                                                        H.indices.astype(PETSc.IntType), H.data), comm=PETSc.COMM_SELF)
+                K.assemble()
+                K.setOption(PETSc.Mat.Option.SPD, True)
+                ksp.setOperators(K)
+                ksp.setUp()
+                bv, xv = K.createVecRight(), K.createVecLeft()
+                S_fact, nfact = S.copy(), nfact + 1
+            bv.getArray()[:] = -grad
+            bv.stateIncrease()
+            ksp.solve(bv, xv)
+            du = xv.getArray().copy()
+            s, a, b = Dt @ du, Mu @ du, du @ (Minv @ du)
+            t = 1.0                            # root of the monotone piecewise-linear derivative of the merit
+            for _ in range(60):
+                zt = z - t * rho * s
+                act = zt > 0
+                t_new = t - (a + t * b - zt[act] @ s[act]) / (b + rho * (s[act] @ s[act]))
+                done = abs(t_new - t) <= 1e-12 * max(1.0, abs(t))
+                t = t_new
+                if done:
+                    break
+            u = u + t * du
+            if abs(t - 1.0) < 1e-8 and np.array_equal((g - rho * (q + Dt @ u)) > 0, S):
+                break
+        g = np.maximum(0.0, g - rho * (q + Dt @ u))
+        res = float(np.abs(np.minimum(g, A @ g + q)).max())
+        rho *= grow
+        S_fact = None if grow != 1.0 else S_fact
+    ksp.destroy()
+    if K is not None:
+        K.destroy()
+    return nfact, res, time.perf_counter() - t0
+
+
 def bench(args):
     from relcp_mpi.contact.lcp_dump import lcp_matrix, load_lcp
     print("%-8s %5s %8s %7s %9s %10s %16s %16s%s" % ("step", "level", "rows", "new", "re-sampl", "warm res",
                                                       "%s warm it (s)" % args.method, "cold it (s)",
-                                                      "   admm warm it (s)" if args.admm else ""))
+                                                      ("   admm warm it (s)" if args.admm else "")
+                                                      + ("   ssnal warm fact (s)" if args.ssnal else "")))
     for step, paths in sorted(_levels(args.dumps).items()):
         prev = None
         for level, p in enumerate(paths):
@@ -135,6 +211,9 @@ def bench(args):
             if args.admm:
                 ia, ra, ta = _admm(d, A, x0, args.tol, args.admm, args.max_iter)
                 extra = "   %6d (%.2f)%s" % (ia, ta, "" if ra <= args.tol else " FAIL")
+            if args.ssnal:
+                fs, rs, ts = _ssnal(d, A, x0, args.tol, args.ssnal, args.ssnal_grow)
+                extra += "   %6d (%.2f)%s" % (fs, ts, "" if rs <= args.tol else " FAIL")
             print("%-8d %5d %8d %7d %9d %10.2e %9d (%5.2f) %9d (%5.2f)%s" % (
                 step, level, c, int(new.sum()) if level else c, resampled if level else 0, r0, iw, tw, ic, tc, extra),
                 flush=True)
@@ -155,6 +234,8 @@ def main():
     b.add_argument("--tol", type=float, default=1e-3)
     b.add_argument("--max-iter", type=int, default=20000)
     b.add_argument("--admm", type=float, default=0.0, help="also run the ADMM prototype with this rho factor")
+    b.add_argument("--ssnal", type=float, default=0.0, help="also run the SSNAL prototype with this rho factor")
+    b.add_argument("--ssnal-grow", type=float, default=1.0, help="SSNAL: rho factor per multiplier update")
     args = ap.parse_args()
     capture(args) if args.cmd == "capture" else bench(args)
 
