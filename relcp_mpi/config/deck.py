@@ -24,7 +24,9 @@ Top-level sections (defaults in ``SCHEMA``)::
                max_trial_rotation (rad; with time.max_halvings > 0 a step whose recursion tries a rotation
                larger than this is redone at dt/2 at once; 0 = never), carry_rows (relcp: level 0 of a step
                re-samples the material points of the previous step's appended rod-rod rows, see
-               docs/ARCHITECTURE.md)}
+               docs/ARCHITECTURE.md), gap_margin ([L], 0 <= gap_margin <= overlap_tol, default 0: every
+               LCP row asks for a predicted gap >= gap_margin instead of >= 0; bodies at rest keep a gap of about
+               gap_margin and fewer steps need another recursion level, see docs/ARCHITECTURE.md)}
     solver:   {method: a name of relcp_mpi.solver.registry (bbpgd, apgd, ipm, tao-<type>), tol, max_iter,
                options (the method's tunable options, e.g. {L_safety: 1.1} for apgd; the registry lists them),
                fallback (method tried on an LCP the first method fails on, default ipm; none = fail at once),
@@ -257,6 +259,7 @@ SCHEMA = {
         "line_contacts": (BOOL, True, None),
         "max_trial_rotation": (FLOAT, 0.35, _nonneg),
         "carry_rows": (BOOL, False, None),
+        "gap_margin": (FLOAT, 0.0, _nonneg),
     },
     "solver": {
         "method": (STR, "bbpgd", _choice(*method_names())),
@@ -691,6 +694,10 @@ def validate(raw, source="deck"):
     _check_solver_options(s, problems)
     if isinstance(s["tol"], float) and isinstance(c["overlap_tol"], float) and s["tol"] > c["overlap_tol"]:
         problems.append(f"solver.tol: must be <= contact.overlap_tol ({c['overlap_tol']}), got {s['tol']}")
+    if isinstance(c["gap_margin"], float) and isinstance(c["overlap_tol"], float) \
+            and c["gap_margin"] > c["overlap_tol"]:
+        problems.append(f"contact.gap_margin: must be <= contact.overlap_tol ({c['overlap_tol']}), got "
+                        f"{c['gap_margin']}")
     if problems:
         raise DeckError(problems, source)
     if s["tol"] is None:

@@ -13,7 +13,7 @@ Arrays (c = number of local constraints):
 * ``normal`` (c, 3), ``r_i`` (c, 3), ``r_j`` (c, 3): unit normal (j -> i) and lever arms p - x of the witness
   points relative to the body centres, at the configuration where the row was generated
 * ``gap_free`` (c,): the LCP constant q [L], the gap each row predicts for the step without contact forces,
-  q = Phi0 + dt D^T U_ext (see ``stepper.relcp``; named so that ``q`` stays the quaternion of a body)
+  q = Phi0 + dt D^T U_ext - gap_margin (see ``stepper.relcp``; named so that ``q`` stays the quaternion of a body)
 * ``sep0`` (c,): the separation measured when the row was generated [L]
 """
 import numpy as np

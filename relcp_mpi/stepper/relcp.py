@@ -12,6 +12,10 @@ Length-unit LCP of a step, for the constraint rows k present at a recursion leve
   equals the measured trial separation (this is the "whole grown LCP, warm started" variant: the previous
   gamma is kept for old rows, zero for new rows, and the full LCP is re-solved).
 
+With ``contact.gap_margin`` m > 0 every q_k above is lowered by m, i.e. the LCP asks for predicted gaps >= m
+(bodies pressed together rest about m apart).  The trial check still allows overlaps up to ``overlap_tol``, so
+the solver's tolerance and part of the linearisation error are absorbed by m instead of by another level.
+
 In the code the LCP constant q of the rows is ``table.gap_free`` (and ``gap_v`` as a PETSc Vec): ``q``, ``Q0``,
 ``qt`` are quaternions there, as in the body store.
 
@@ -70,6 +74,7 @@ class StepParams:
     line_contacts: bool = True     # level-0 end-point / end-cap rows for rods (contact.line_contacts)
     max_trial_rotation: float = 0.0  # [rad] give a step up when a trial rotates a body more (0 = off)
     carry_rows: bool = False       # level 0 re-samples the previous step's appended rod-rod rows (contact.carry_rows)
+    gap_margin: float = 0.0        # [L] the LCP asks every row for a predicted gap >= gap_margin (contact.gap_margin)
     geometry_tol: float = 1e-12
     debug: object = None           # lcp_debug.LcpDebug: LCP dumps and certificate checks (None = off)
 
@@ -374,7 +379,7 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
         D.multTranspose(Uext_v, tmp)               # D^T U_ext
         DtU = tmp.getArray().copy()
         if depth == 0:                             # collective branch: same on every rank
-            table.gap_free[:] = table.sep0 + dt * DtU
+            table.gap_free[:] = table.sep0 + dt * DtU - prm.gap_margin
             if inp.image_velocity is not None:
                 table.gap_free[:] += dt * _image_gap_rate(inp, table)
         else:
@@ -382,7 +387,7 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
             new = slice(level_start, c)
             Ut_v = _bodyvec(PETSc, D, U_trial)
             D.multTranspose(Ut_v, tmp)
-            table.gap_free[new] = table.sep0[new] - dt * (tmp.getArray()[new] - DtU[new])
+            table.gap_free[new] = table.sep0[new] - dt * (tmp.getArray()[new] - DtU[new]) - prm.gap_margin
             Ut_v.destroy()
         # ---- solve --------------------------------------------------------------------------------------
         if workspace.op is None:
