@@ -61,3 +61,18 @@ def test_every_deck_of_the_repository_reads_the_same():
         with open(path) as fh:
             text = fh.read()
         assert D._load_streaming(text) == full(text), path
+
+
+def test_exponent_notation_without_a_point_is_a_float():
+    # YAML 1.1 (PyYAML's default) reads "5e-4" as a string; a deck reads it as the user means it, in every section
+    # but the event-driven one (which reads exact literals from strings); out-of-range literals stay strings
+    deck = D.loads("name: t\ntime: {dt: 5e-2, steps: 1}\ncontact: {overlap_tol: 2E-3, gap_margin: 1e-3}\n"
+                   "bodies: [{shape: sphere, radius: 5e-1, position: [0, 1_0e-1, -2e+0]}]")
+    assert (deck["time"]["dt"], deck["contact"]["overlap_tol"], deck["contact"]["gap_margin"]) == (0.05, 2e-3, 1e-3)
+    assert deck["bodies"][0]["radius"] == 0.5 and deck["bodies"][0]["position"] == [0, 1.0, -2.0]
+    assert D._exponent_floats({"a": ["5e-4", "1e-1000", "1e400", "0e-1000", "e5", "5e", "x5e-4"],
+                               "event_driven": {"eps_time": "1e-6"}}) == \
+        {"a": [5e-4, "1e-1000", "1e400", 0.0, "e5", "5e", "x5e-4"], "event_driven": {"eps_time": "1e-6"}}
+    with pytest.raises(D.DeckError, match="overlap_tol: expected float"):
+        D.loads("name: t\ntime: {dt: 0.1, steps: 1}\ncontact: {overlap_tol: 1e-1000}\n"
+                "bodies: [{shape: sphere, radius: 0.5, position: [0, 0, 0]}]")

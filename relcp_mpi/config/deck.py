@@ -56,6 +56,7 @@ Units are the user's (consistent) units: lengths L, times T, viscosity mu; force
 import copy
 import math
 import os
+import re
 
 import numpy as np
 import yaml
@@ -853,6 +854,29 @@ def _load_streaming(text):
         loader.dispose()
 
 
+# YAML 1.1 (PyYAML) reads a number in exponent notation without a decimal point ("5e-4", "1E6") as a string;
+# YAML 1.2 and users mean a float.  The event-driven section is left alone: it reads exact decimal and rational
+# literals from strings itself (relcp_mpi.config.events).
+_EXP_FLOAT = re.compile(r"[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+")
+
+
+def _exponent_floats(value, key=None):
+    """``value`` with every string in exponent notation without a point read as a float (recursively; the
+    ``event_driven`` section and literals out of a double's range are kept as they are)."""
+    if key == "event_driven":
+        return value
+    if isinstance(value, dict):
+        return {k: _exponent_floats(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_exponent_floats(v) for v in value]
+    if isinstance(value, str) and _EXP_FLOAT.fullmatch(value):
+        f = float(value.replace("_", ""))
+        mantissa = float(value.replace("_", "").lower().split("e")[0])
+        if math.isfinite(f) and (f != 0.0 or mantissa == 0.0):
+            return f
+    return value
+
+
 def loads(text, source="deck"):
     try:
         try:
@@ -876,4 +900,4 @@ def loads(text, source="deck"):
         raise DeckError([f"malformed YAML{where}: {problem}"], source=source) from None
     if raw is None:
         raise DeckError(["the deck is empty"], source=source)
-    return validate(raw, source=source)
+    return validate(_exponent_floats(raw), source=source)
