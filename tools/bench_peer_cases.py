@@ -69,7 +69,24 @@ def machine():
             f"{platform.platform()}")
 
 
-def run_case(case, deck_path, steps, warm):
+def apply_settings(deck, settings):
+    """Deck overrides ``["section.key=value", ...]`` (the value a number, else parsed as YAML) applied to a deck mapping in place;
+    the deck is validated again when the Simulation is built."""
+    import yaml
+    for item in settings:
+        key, _, value = item.partition("=")
+        section, _, name = key.partition(".")
+        if not (section and name and _):
+            raise SystemExit(f"--set: expected section.key=value, got {item!r}")
+        try:                        # numbers as Python reads them (YAML 1.1 reads 5e-4 as a string)
+            parsed = int(value) if value.strip().lstrip("+-").isdigit() else float(value)
+        except ValueError:
+            parsed = yaml.safe_load(value)
+        deck.setdefault(section, {})[name] = parsed
+    return deck
+
+
+def run_case(case, deck_path, steps, warm, settings=()):
     """One case on the current MPI world (collective); returns the JSON record on rank 0, None elsewhere."""
     mem = {"start": rss_mib()}
     from mpi4py import MPI
@@ -82,6 +99,7 @@ def run_case(case, deck_path, steps, warm):
     comm = MPI.COMM_WORLD
     mem["imports"] = rss_mib()
     deck, text = load(deck_path)
+    apply_settings(deck, settings)
     sim = Simulation.from_deck(deck, comm=comm)          # builds the bodies, checks initial overlaps
     del deck, text
     mem["setup"] = rss_mib()
@@ -108,7 +126,7 @@ def run_case(case, deck_path, steps, warm):
     iters = sum(d["iterations"] for d in diags)
     return dict(
         bench="peer_cases", case=case, deck=deck_path, ranks=comm.size, bodies=sim.n_global, timed_steps=steps,
-        warm_steps=warm, wall_s=wall, s_per_step=wall / steps, steps_per_s=steps / wall,
+        warm_steps=warm, settings=list(settings), wall_s=wall, s_per_step=wall / steps, steps_per_s=steps / wall,
         cpu_s_per_step=cpu / steps, kernels=numba_switch.backend(), numba_imported="numba" in sys.modules,
         stages=stage_max, stage_s_per_step={k: v / steps for k, v in stage_max.items()},
         solves_per_step=solves / n, iterations_per_step=iters / n, iterations_per_solve=iters / max(solves, 1),
@@ -145,11 +163,13 @@ def main(argv=None):
     ap.add_argument("--warm", type=int, default=2, help="untimed steps first")
     ap.add_argument("--np", type=int, default=1, help="MPI ranks per case (mpirun -n NP when > 1)")
     ap.add_argument("--json", default=os.path.join(ROOT, "tools", "bench_results.jsonl"))
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                    help="deck override for every case (repeatable), e.g. --set contact.gap_margin=5e-4")
     ap.add_argument("--child", metavar="CASE", help=argparse.SUPPRESS)   # run one case in this process
     ap.add_argument("--record", help=argparse.SUPPRESS)                 # child: write its record here
     a = ap.parse_args(argv)
     if a.child:
-        rec = run_case(a.child, CASES.get(a.child, a.child), a.steps, a.warm)
+        rec = run_case(a.child, CASES.get(a.child, a.child), a.steps, a.warm, a.set)
         if rec is not None:
             with open(a.record, "w") as fh:
                 json.dump(rec, fh)
@@ -162,7 +182,7 @@ def main(argv=None):
         deck = CASES.get(case, case)
         rec_path = os.path.join(tempfile.gettempdir(), f"bench_peer_{os.getpid()}_{case.replace('/', '_')}.json")
         cmd = [sys.executable, os.path.abspath(__file__), "--child", case, "--record", rec_path,
-               "--steps", str(a.steps), "--warm", str(a.warm)]
+               "--steps", str(a.steps), "--warm", str(a.warm)] + [f"--set={s}" for s in a.set]
         if a.np > 1:
             cmd = ["mpirun", "-n", str(a.np)] + cmd
         t0 = time.perf_counter()
