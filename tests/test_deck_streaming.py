@@ -73,6 +73,10 @@ def test_exponent_notation_without_a_point_is_a_float():
     assert D._exponent_floats({"a": ["5e-4", "1e-1000", "1e400", "0e-1000", "e5", "5e", "x5e-4"],
                                "event_driven": {"eps_time": "1e-6"}}) == \
         {"a": [5e-4, "1e-1000", "1e400", 0.0, "e5", "5e", "x5e-4"], "event_driven": {"eps_time": "1e-6"}}
+    # text keys keep their text: a run called 1e3, a PETSc option value
+    deck = D.loads("name: 1e3\ntime: {dt: 0.1, steps: 1}\nsolver: {petsc_options: [-ksp_rtol, 1e-8]}\n"
+                   "bodies: [{shape: sphere, radius: 0.5, position: [0, 0, 0]}]")
+    assert deck["name"] == "1e3" and deck["solver"]["petsc_options"] == ["-ksp_rtol", "1e-8"]
     with pytest.raises(D.DeckError, match="overlap_tol: expected float"):
         D.loads("name: t\ntime: {dt: 0.1, steps: 1}\ncontact: {overlap_tol: 1e-1000}\n"
                 "bodies: [{shape: sphere, radius: 0.5, position: [0, 0, 0]}]")

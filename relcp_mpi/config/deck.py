@@ -860,10 +860,23 @@ def _load_streaming(text):
 _EXP_FLOAT = re.compile(r"[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+")
 
 
+def _text_keys(*schemas):
+    """Keys whose values are text by the schema (kind STR, or a list of strings): never read as numbers."""
+    out = set()
+    for schema in schemas:
+        for k, spec in schema.items():
+            if isinstance(spec, dict):
+                out |= _text_keys(spec)
+            elif spec[0] == STR or spec[2] is _str_list:
+                out.add(k)
+    return out
+
+
 def _exponent_floats(value, key=None):
     """``value`` with every string in exponent notation without a point read as a float (recursively; the
-    ``event_driven`` section and literals out of a double's range are kept as they are)."""
-    if key == "event_driven":
+    ``event_driven`` section, the values of text keys (a run name "1e3") and literals out of a double's range are
+    kept as they are)."""
+    if key == "event_driven" or key in _TEXT_KEYS:
         return value
     if isinstance(value, dict):
         return {k: _exponent_floats(v, k) for k, v in value.items()}
@@ -875,6 +888,9 @@ def _exponent_floats(value, key=None):
         if math.isfinite(f) and (f != 0.0 or mantissa == 0.0):
             return f
     return value
+
+
+_TEXT_KEYS = _text_keys(SCHEMA, BODY_KEYS, GENERATOR_KEYS)
 
 
 def loads(text, source="deck"):
