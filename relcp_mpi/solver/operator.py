@@ -166,25 +166,31 @@ def _body_column_blocks(indptr, cols, vals, ncol_glob):
 
     Returns ``(ub (k,), uc (k,), dbc (k, 6))`` ordered by body, then column.  D as assembled here stores the six
     dof rows of a body with one column pattern (each constraint writes a full 6-vector), so the pairs are read off
-    the first row of each body in O(nnz); any other pattern takes the general path (a sort of the entries).
-    ``+ 0.0`` / ``bincount``: the same bits either way (-0.0 entries become 0.0)."""
+    the first row of each body with index arrays per pair (k = nnz / 6), not per entry; any other pattern takes the
+    general path (a sort of the entries).  ``+ 0.0`` / ``bincount``: the same bits either way (-0.0 entries become
+    0.0)."""
+    indptr = np.asarray(indptr, dtype=np.int64)
     nrow = indptr.size - 1
     rowlen = np.diff(indptr)
+    if nrow % 6 == 0 and cols.size:
+        nb = rowlen[0::6]
+        if np.all(rowlen.reshape(-1, 6) == nb[:, None]):
+            ub = np.repeat(np.arange(nrow // 6, dtype=np.int64), nb)        # body of each (body, column) pair
+            first = indptr[0:-1:6]                                          # first entry of each body's row 0
+            pos = np.arange(ub.size) - (np.cumsum(nb) - nb)[ub]             # place of the pair in its body's rows
+            dbc = np.empty((ub.size, 6))
+            uc = cols[first[ub] + pos]
+            same = True
+            for comp in range(6):
+                at = first[ub] + comp * nb[ub] + pos
+                same = same and np.array_equal(cols[at], uc)
+                dbc[:, comp] = vals[at]
+            if same:
+                dbc += 0.0
+                return ub, uc.astype(PETSc.IntType), dbc
     row = np.repeat(np.arange(nrow), rowlen)
     body = row // 6
     comp = row % 6
-    nnz = cols.size
-    if nrow % 6 == 0 and nnz:
-        nb = rowlen[0::6]
-        if np.all(rowlen.reshape(-1, 6) == nb[:, None]):
-            pos = np.arange(nnz) - indptr[row]
-            ref = indptr[6 * body] + pos
-            if np.array_equal(cols, cols[ref]):
-                k = (np.cumsum(nb) - nb)[body] + pos
-                dbc = np.zeros((int(nb.sum()), 6))
-                dbc[k, comp] = vals + 0.0
-                first = comp == 0
-                return body[first].astype(np.int64), cols[first].astype(PETSc.IntType), dbc
     nc = max(ncol_glob, 1)
     key = body.astype(np.int64) * nc + cols.astype(np.int64)
     ukey, inv = np.unique(key, return_inverse=True)
