@@ -151,14 +151,19 @@ def assemble_D(table, body_row, row_starts, comm, col_offset, n_cols_global, D=N
 def _halves(table, body_row, col_offset):
     """The D entries of the local constraints as one 6-vector per (constraint, body): ``(body (h,) int64 global
     block rows, col (h,) int64 global columns, G (h, 6))``, body i's 6-vectors of all rows first, then body j's
-    (walls have none), ``G = [n, r x n]`` for body i and ``-[n, r x n]`` for body j (:meth:`ConstraintTable.columns`;
-    the arithmetic of each row is the same whatever the table's length)."""
+    (walls have none), ``G = [n, r_i x n]`` for body i and ``-[n, r_j x n]`` for body j, the numbers of
+    :meth:`ConstraintTable.columns` (row-wise arithmetic) written straight into G."""
     c = len(table)
-    Gi, Gj = table.columns()
     pair = np.flatnonzero(table.ib >= 0)
+    G = np.empty((c + len(pair), 6))
+    G[:c, :3] = table.normal
+    G[:c, 3:] = np.cross(table.r_i, table.normal)
+    n = table.normal[pair]
+    np.negative(n, out=G[c:, :3])
+    np.negative(np.cross(table.r_j[pair], n), out=G[c:, 3:])
     col = col_offset + np.arange(c, dtype=np.int64)
     body = np.concatenate([body_row[table.ia], body_row[table.ib[pair]]]).astype(np.int64, copy=False)
-    return body, np.concatenate([col, col[pair]]), np.concatenate([Gi, Gj[pair]])
+    return body, np.concatenate([col, col[pair]]), G
 
 
 def _owned_csr(body, col, G, nb, ncol):
@@ -176,16 +181,14 @@ def _owned_csr(body, col, G, nb, ncol):
     key = body * max(int(ncol), 1) + col
     order = np.argsort(key, kind="stable")
     key = key[order]
-    G = G[order]
-    G += 0.0
     new = np.ones(len(key), bool)
     new[1:] = key[1:] != key[:-1]
     if not new.all():                        # repeated (body, column): sum in input order (stable sort)
         first = np.flatnonzero(new)
-        G = np.add.reduceat(G, first, axis=0)
-        key = key[first]
+        G = np.add.reduceat(G[order] + 0.0, first, axis=0)
+        key, order = key[first], None
     body, col = np.divmod(key, max(int(ncol), 1))
-    del key, order
+    del key
     nper = np.bincount(body, minlength=nb)                   # 6-vectors (columns) per body
     start = np.cumsum(nper) - nper                          # first 6-vector of each body
     indptr = np.zeros(6 * nb + 1, PETSc.IntType)
@@ -195,10 +198,10 @@ def _owned_csr(body, col, G, nb, ncol):
     step = nper[body]
     cols = np.empty(6 * len(body), PETSc.IntType)
     vals = np.empty(6 * len(body), PETSc.ScalarType)
-    for k in range(6):
+    for k in range(6):                       # one component at a time: no sorted copy of G
         idx = base + k * step
         cols[idx] = col
-        vals[idx] = G[:, k]
+        vals[idx] = G[:, k] if order is None else G[order, k] + 0.0
     return indptr, cols, vals
 
 

@@ -79,8 +79,9 @@ def any_rank(petsc_comm, flag):
     return bool(mc.allreduce(bool(flag), op=MPI.LOR))
 
 
-# (body, column) entries per chunk of the diagonal computation (bounds its temporaries; see _ContactCtx.diagonal)
-DIAG_CHUNK_ENTRIES = 32768
+# (body, column) entries per chunk of the diagonal computation (bounds its temporaries, 288 bytes of mobility block
+# per entry: 1.1 MiB; see _ContactCtx.diagonal)
+DIAG_CHUNK_ENTRIES = 4096
 
 
 class _ContactCtx:
@@ -145,8 +146,8 @@ class _ContactCtx:
         took 64 MiB in one pass) while each column gets its contributions in the same order as in one pass."""
         if self._diag is not None:
             return self._diag
-        indptr, cols, vals = self.D.getValuesCSR()
-        ub, uc, dbc = _body_column_blocks(indptr, cols, vals, self.D.getSize()[1])
+        # the CSR copy of D is released before the quadratic forms, so that the two do not add up
+        ub, uc, dbc = _body_column_blocks(*self.D.getValuesCSR(), self.D.getSize()[1])
         dv = template.duplicate()
         dv.set(0.0)
         # (body, column) entries in chunks: the per-entry copies of the mobility blocks (288 bytes each) stay
