@@ -40,8 +40,9 @@ from relcp_mpi.stepper.lcp_debug import LcpDebug
 from relcp_mpi.stepper.relcp import StepInput, StepParams, StepWorkspace, relcp_step
 
 
-# pairs per pair_snsd call in the initial-overlap check (bounds its temporaries to ~10 MiB)
-INITIAL_CHECK_CHUNK = 16384
+# pairs per pair_snsd call in the initial-overlap check (bounds its temporaries: ~2.4 kB per ellipsoid pair, so
+# ~20 MiB; 16,384 pairs set the peak of the 10k-ellipsoid run at 40 MiB of kernel temporaries)
+INITIAL_CHECK_CHUNK = 8192
 
 
 class InitialOverlapError(ValueError):
