@@ -12,7 +12,7 @@ import pytest
 from relcp_mpi.basics import quaternion as Q
 from relcp_mpi.basics.rows import norm_rows
 from relcp_mpi.bodies.shapes import ELLIPSOID, RING, SPHERE, SPHEROCYLINDER
-from relcp_mpi.contact.constraints import _owned_csr, lookup_keys
+from relcp_mpi.contact.constraints import ConstraintTable, _halves, _owned_csr, lookup_keys
 from relcp_mpi.contact.line_contacts import rod_pair_end_rows
 from relcp_mpi.contact.neighbors import candidate_pairs
 from relcp_mpi.geometry.contact import ContactGeometry, pair_snsd
@@ -59,25 +59,40 @@ def test_lookup_keys_packed_equals_structured_search():
     assert lookup_keys(big[::-1], big).tolist() == [1, 0]
 
 
-def test_owned_csr_equals_lexsort_bincount():
+def test_owned_csr_equals_triplet_lexsort_bincount():
+    """D's CSR from the rows' 6-vectors is bit for bit the former construction from (row, col, value) triplets
+    (lexsort, duplicates summed in input order, -0.0 -> 0.0), walls and a body paired with its own image
+    (two 6-vectors at one (body, column)) included."""
     rng = np.random.default_rng(2)
-    c, nloc = 3000, 600
-    # column-ordered triplets as assemble_D makes them, with duplicate (row, col) entries and signed zeros
-    C = np.repeat(np.arange(c), 12)
-    R = rng.integers(0, nloc, c * 12)
-    dup = rng.random(c * 12) < 0.05
-    R[1:][dup[1:]] = R[:-1][dup[1:]]
-    C[1:][dup[1:]] = C[:-1][dup[1:]]
-    V = rng.normal(size=c * 12)
-    V[::7] = -0.0
+    c, nb, m = 3000, 100, 130
+    body_row = np.concatenate([np.arange(nb), rng.integers(0, nb, m - nb)])   # ghosts: images of owned bodies
+    t = ConstraintTable()
+    ia = rng.integers(0, nb, c)
+    ib = rng.integers(0, m, c)
+    ib[rng.random(c) < 0.1] = -1                                           # walls
+    normal = rng.normal(size=(c, 3))
+    normal[::9] = [0.0, 0.0, -1.0]                                         # signed zeros in D
+    t.append(ia=ia, ib=ib, gid_i=ia, gid_j=ib, sub=np.zeros(c), normal=normal, r_i=rng.normal(size=(c, 3)),
+             r_j=rng.normal(size=(c, 3)), gap_free=np.zeros(c), sep0=np.zeros(c))
+    assert np.any((ib >= 0) & (body_row[np.maximum(ib, 0)] == body_row[ia]))     # a repeated (body, column)
+    off = 17
+    # the former triplets: per constraint the six rows of body i, then the six of body j (not for walls)
+    Gi, Gj = t.columns()
+    R = np.concatenate([6 * body_row[ia][:, None] + np.arange(6), 6 * body_row[np.maximum(ib, 0)][:, None]
+                        + np.arange(6)], axis=1)
+    V = np.concatenate([Gi, Gj], axis=1)
+    C = np.repeat(off + np.arange(c), 12).reshape(c, 12)
+    keep = np.ones((c, 12), bool)
+    keep[ib < 0, 6:] = False
+    R, C, V = R[keep], C[keep], V[keep] + 0.0
     order = np.lexsort((C, R))
     r, cc, v = R[order], C[order], V[order]
     first = np.ones(len(r), bool)
     first[1:] = (r[1:] != r[:-1]) | (cc[1:] != cc[:-1])
     v = np.bincount(np.cumsum(first) - 1, weights=v)
     r, cc = r[first], cc[first]
-    indptr = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=nloc))])
-    got = _owned_csr(R, C, V, nloc)
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=6 * nb))])
+    got = _owned_csr(*_halves(t, body_row, off), nb, off + c)
     assert np.array_equal(got[0], indptr) and np.array_equal(got[1], cc)
     assert np.array_equal(got[2], v) and np.array_equal(np.signbit(got[2]), np.signbit(v))
 

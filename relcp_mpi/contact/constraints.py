@@ -37,7 +37,6 @@ class ConstraintTable:
             setattr(self, f, np.zeros((0, 3)))
         for f in _SCAL:
             setattr(self, f, np.zeros(0))
-        self._d_rows = None          # D entries of the rows seen by assemble_D (see _triplets)
 
     def __len__(self):
         return len(self.ia)
@@ -125,79 +124,93 @@ def assemble_D(table, body_row, row_starts, comm, col_offset, n_cols_global, D=N
 
     ``body_row`` (m,) is the global block-row index of each body in the combined [owned, ghost] arrays and
     ``row_starts`` (P+1,) the first block row of every rank (rank p owns block rows
-    [row_starts[p], row_starts[p+1])).  Entries in rows of ghost bodies are sent to the owning rank with one
-    Alltoallv of (row, col, value) triplets; every rank then builds its owned rows in CSR form and PETSc
-    creates the AIJ matrix from the arrays (no per-entry Python calls, no sort: see :func:`_owned_csr`).  ``D`` (a previous matrix) is destroyed.
+    [row_starts[p], row_starts[p+1])).  Every constraint contributes one 6-vector per body (:func:`_halves`);
+    the 6-vectors of ghost bodies are sent to the owning rank with one Alltoallv, and every rank builds its
+    owned rows in CSR form straight from the 6-vectors (:func:`_owned_csr`: the six dof rows of a body share
+    one column pattern) in PETSc's index and scalar types, which PETSc adopts on one rank and copies on
+    several (no per-entry Python calls, no (row, col, value) triplets).  ``D`` (a previous matrix) is destroyed
+    first, so that its memory is free again before the new arrays are built.
     """
     PETSc = get_petsc()
-    R, C, V = _triplets(table, body_row, col_offset)
-    rank, size = comm.rank, comm.size
-    r0, r1 = 6 * int(row_starts[rank]), 6 * int(row_starts[rank + 1])
-    if size > 1:
-        R, C, V = _route_triplets(R, C, V, 6 * np.asarray(row_starts, dtype=np.int64), comm)
-    nloc = r1 - r0
-    indptr, C, V = _owned_csr(R - r0, C, V, nloc)
     if D is not None:
         D.destroy()
-    # with arrays: on one rank PETSc adopts the CSR arrays (MatCreateSeqAIJWithArrays, kept alive by petsc4py)
-    # instead of inserting them row by row; several ranks copy them (MatCreateMPIAIJWithArrays).  Same matrix.
+    body, col, G = _halves(table, body_row, col_offset)
+    rank, size = comm.rank, comm.size
+    b0, b1 = int(row_starts[rank]), int(row_starts[rank + 1])
+    if size > 1:
+        body, col, G = _route_halves(body, col, G, np.asarray(row_starts, dtype=np.int64), comm)
+    nloc = 6 * (b1 - b0)
+    indptr, cols, vals = _owned_csr(body - b0, col, G, b1 - b0, n_cols_global)
+    del body, col, G
     D = PETSc.Mat().createAIJWithArrays(size=((nloc, None), (len(table), n_cols_global)),
-                                        csr=(indptr.astype(PETSc.IntType), C.astype(PETSc.IntType),
-                                             V.astype(PETSc.ScalarType)),
-                                        comm=comm)
+                                        csr=(indptr, cols, vals), comm=comm)
     D.assemble()
     return D
 
 
-def _triplets(table, body_row, col_offset):
-    """(row, col, value) triplets of the local constraints' D entries, in column order (per constraint the six
-    rows of body i, then the six of body j; walls only body i): int64 (e,), int64 (e,), float (e,).
-
-    Rows are only ever appended to a table (recursion levels of one step), so the per-row rows and values of the
-    rows seen before are kept on the table and only the appended rows are computed (row-wise arithmetic: the
-    same numbers); the column numbers are recomputed, since ``col_offset`` moves when other ranks append rows."""
+def _halves(table, body_row, col_offset):
+    """The D entries of the local constraints as one 6-vector per (constraint, body): ``(body (h,) int64 global
+    block rows, col (h,) int64 global columns, G (h, 6))``, body i's 6-vectors of all rows first, then body j's
+    (walls have none), ``G = [n, r_i x n]`` for body i and ``-[n, r_j x n]`` for body j, the numbers of
+    :meth:`ConstraintTable.columns` (row-wise arithmetic) written straight into G."""
     c = len(table)
-    cache = getattr(table, "_d_rows", None)
-    start, R0, V0 = (cache[1], cache[2], cache[3]) if cache is not None and cache[0] is body_row \
-        else (0, np.zeros((0, 12), np.int64), np.zeros((0, 12)))
-    Gi, Gj = table.columns(start)
-    bi = body_row[table.ia[start:]]
-    bj = body_row[np.where(table.ib[start:] < 0, 0, table.ib[start:])]
-    R1 = np.empty((c - start, 12), np.int64)
-    R1[:, :6] = 6 * bi[:, None] + np.arange(6)
-    R1[:, 6:] = 6 * bj[:, None] + np.arange(6)
-    R = np.concatenate([R0, R1]) if start else R1
-    V = np.concatenate([V0, np.concatenate([Gi, Gj], axis=1)]) if start else np.concatenate([Gi, Gj], axis=1)
-    table._d_rows = (body_row, c, R, V)
-    wall = table.ib < 0
-    C = np.repeat(col_offset + np.arange(c, dtype=np.int64), 12).reshape(c, 12)
-    if wall.any():
-        keep = np.ones((c, 12), bool)
-        keep[wall, 6:] = False
-        return R[keep], C[keep], V[keep]
-    return R.ravel(), C.ravel(), V.ravel()
+    pair = np.flatnonzero(table.ib >= 0)
+    G = np.empty((c + len(pair), 6))
+    G[:c, :3] = table.normal
+    G[:c, 3:] = np.cross(table.r_i, table.normal)
+    n = table.normal[pair]
+    np.negative(n, out=G[c:, :3])
+    np.negative(np.cross(table.r_j[pair], n), out=G[c:, 3:])
+    col = col_offset + np.arange(c, dtype=np.int64)
+    body = np.concatenate([body_row[table.ia], body_row[table.ib[pair]]]).astype(np.int64, copy=False)
+    return body, np.concatenate([col, col[pair]]), G
 
 
-def _owned_csr(R, C, V, nloc):
-    """CSR arrays (indptr (nloc+1,), columns, values) of triplets with local rows R in [0, nloc), columns
-    ascending within each row, duplicate (row, col) entries summed in input order.
+def _owned_csr(body, col, G, nb, ncol):
+    """CSR arrays (indptr (6 nb + 1,), columns (e,), values (e,)) in PETSc's IntType / ScalarType of the local
+    rows of D, from 6-vectors G (h, 6) at local block rows ``body`` in [0, nb) and columns ``col`` (h,): dof
+    row 6 b + k holds component k of the 6-vectors of body b, in ascending column order.  Values are
+    normalised with ``+ 0.0`` and 6-vectors at the same (body, column) summed in input order, which is bit for
+    bit the former (row, col, value) triplet construction (``lexsort`` + ``bincount``, turning -0.0 into 0.0).
+    A (body, column) pair repeats only when a constraint's two bodies share a block row (a body paired with its
+    own periodic image, which the pair rule excludes): then the merge below keeps the input order.
 
-    The triplets arrive in column order (:func:`_triplets`; after routing, by source rank, whose column ranges
-    ascend), so a stable counting sort by row (scipy's COO -> CSR conversion, O(e)) already gives the columns of
-    each row in ascending order; no general sort is needed.  Values are normalised with ``+ 0.0`` so that the
-    result is bit for bit the former ``lexsort`` + ``bincount`` construction (which turned -0.0 into 0.0)."""
-    import scipy.sparse as sp
-    V = V + 0.0
-    if len(R) and np.any(np.diff(C) < 0):           # not column-ordered (never expected): general sort
-        order = np.lexsort((C, R))
-        R, C, V = R[order], C[order], V[order]
-    A = sp.coo_matrix((V, (R, C)), shape=(nloc, int(C.max()) + 1 if len(C) else 1)).tocsr()
-    A.sort_indices()
-    return A.indptr, A.indices, A.data
+    Temporaries are per 6-vector (h = e / 6), not per entry: the body's six rows are filled component by
+    component from one sort of the 6-vectors by (body, column)."""
+    PETSc = get_petsc()
+    key = body * max(int(ncol), 1) + col
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    new = np.ones(len(key), bool)
+    new[1:] = key[1:] != key[:-1]
+    if not new.all():                        # repeated (body, column): sum in input order (stable sort)
+        first = np.flatnonzero(new)
+        G = np.add.reduceat(G[order] + 0.0, first, axis=0)
+        key, order = key[first], None
+    body, col = np.divmod(key, max(int(ncol), 1))
+    del key
+    nper = np.bincount(body, minlength=nb)                   # 6-vectors (columns) per body
+    start = np.cumsum(nper) - nper                          # first 6-vector of each body
+    indptr = np.zeros(6 * nb + 1, PETSc.IntType)
+    np.cumsum(np.repeat(nper, 6), out=indptr[1:])
+    # entry of 6-vector t (body b, t - start[b]-th of the body) in dof row 6 b + k: 6 start[b] + k nper[b] + t - start[b]
+    base = 5 * start[body] + np.arange(len(body))
+    step = nper[body]
+    cols = np.empty(6 * len(body), PETSc.IntType)
+    vals = np.empty(6 * len(body), PETSc.ScalarType)
+    for k in range(6):                       # one component at a time: no sorted copy of G
+        idx = base + k * step
+        cols[idx] = col
+        vals[idx] = G[:, k] if order is None else G[order, k] + 0.0
+    return indptr, cols, vals
 
 
-def _route_triplets(R, C, V, row_starts6, comm):
-    """Send each (row, col, value) triplet to the rank owning its row; returns the received triplets."""
-    dest = np.searchsorted(row_starts6, R, side="right") - 1
-    got = exchange_rows(np.stack([R.astype(np.float64), C.astype(np.float64), V], axis=1), dest, comm)
-    return got[:, 0].astype(np.int64), got[:, 1].astype(np.int64), got[:, 2]
+def _route_halves(body, col, G, row_starts, comm):
+    """Send each 6-vector to the rank owning its body's block row; returns the rank's own and received ones."""
+    dest = np.searchsorted(row_starts, body, side="right") - 1
+    mine = dest == comm.rank
+    away = ~mine
+    got = exchange_rows(np.column_stack([body[away].astype(np.float64), col[away].astype(np.float64), G[away]]),
+                        dest[away], comm)
+    return (np.concatenate([body[mine], got[:, 0].astype(np.int64)]),
+            np.concatenate([col[mine], got[:, 1].astype(np.int64)]), np.concatenate([G[mine], got[:, 2:]]))

@@ -28,12 +28,6 @@ import numpy as np
 from relcp_mpi.parallel.errors import agree as agree_all, first_message
 from relcp_mpi.parallel.exchange import exchange_counts, exchange_sorted
 
-try:  # h5py with MPI support (Debian: needs H5PY_ALWAYS_USE_MPI=1)
-    import h5py
-    from h5py import h5fd, h5p, h5s
-except ImportError:  # pragma: no cover - reported when used
-    h5py = None
-
 OVERSAMPLE = 32          # keys per rank allgathered to choose the sort splitters
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -42,9 +36,14 @@ MASK64 = (1 << 64) - 1
 
 
 def require_mpi_h5py():
-    """Raise a clear error if h5py lacks MPI support."""
-    if h5py is None:
-        raise ImportError("h5py is not installed")
+    """Raise a clear error if h5py is missing or lacks MPI support.
+
+    h5py (with its HDF5 and MPI-IO libraries, ~12 MiB resident per rank) is imported here and in the functions
+    that use it, not with this module: a run without output or checkpoints never loads it."""
+    try:
+        import h5py
+    except ImportError:
+        raise ImportError("h5py is not installed") from None
     if not h5py.get_config().mpi:
         raise ImportError("h5py was built without MPI support; on Debian install python3-h5py-mpi and set "
                           "H5PY_ALWAYS_USE_MPI=1 (source tools/env.sh)")
@@ -146,6 +145,7 @@ def check_unique_sorted(comm, keys_sorted, what="global id"):
 # ------------------------------------------------------------------------------------------------
 # zero-row safe dataset transfer
 def _dxpl(collective):
+    from h5py import h5fd, h5p
     plist = h5p.create(h5p.DATASET_XFER)
     if collective:
         plist.set_dxpl_mpio(h5fd.MPIO_COLLECTIVE)
@@ -171,6 +171,7 @@ def write_rows(dset, start, data, collective=True):
     collective = collective and is_mpio(dset)
     if n == 0 and not collective:
         return
+    from h5py import h5s
     fspace = dset.id.get_space()
     if n:
         if start < 0 or start + n > dset.shape[0]:
@@ -194,6 +195,7 @@ def read_rows(dset, start, stop, collective=False):
     out = np.empty((max(n, 0),) + trailing, dtype=dset.dtype)
     if n <= 0 and not collective:
         return out
+    from h5py import h5s
     fspace = dset.id.get_space()
     if n > 0:
         fspace.select_hyperslab((int(start),) + (0,) * len(trailing), (n,) + trailing)

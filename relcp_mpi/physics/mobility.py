@@ -21,7 +21,6 @@ Body-frame resistance (drag) coefficients, viscosity ``mu`` [F T / L^2]:
 The lab-frame block is blockdiag(R diag(1/zeta_t) R^T, R diag(1/zeta_r) R^T), R = R(q).
 """
 import numpy as np
-from scipy.special import elliprd, elliprf
 
 from relcp_mpi.bodies.shapes import ELLIPSOID, RING, SPHERE, SPHEROCYLINDER
 from relcp_mpi.basics import quaternion as quat
@@ -73,6 +72,7 @@ def body_frame_drag(kind, shape, mu):
 
 def _ellipsoid_drag(axes, mu):
     """Perrin drag coefficients of ellipsoids with semi-axes ``axes`` (k, 3): (zeta_t (k, 3), zeta_r (k, 3))."""
+    from scipy.special import elliprd, elliprf     # here, not with the module: only runs with ellipsoids load it
     a2 = axes ** 2
     chi = 2 * elliprf(a2[:, 0], a2[:, 1], a2[:, 2])
     alpha = np.stack([

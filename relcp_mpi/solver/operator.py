@@ -79,8 +79,9 @@ def any_rank(petsc_comm, flag):
     return bool(mc.allreduce(bool(flag), op=MPI.LOR))
 
 
-# (body, column) entries per chunk of the diagonal computation (bounds its temporaries; see _ContactCtx.diagonal)
-DIAG_CHUNK_ENTRIES = 32768
+# (body, column) entries per chunk of the diagonal computation (bounds its temporaries, 288 bytes of mobility block
+# per entry: 1.1 MiB; see _ContactCtx.diagonal)
+DIAG_CHUNK_ENTRIES = 4096
 
 
 class _ContactCtx:
@@ -140,20 +141,34 @@ class _ContactCtx:
         """Local part of diag(A): diag_c = sum_b D_{b,:,c}^T M_b D_{b,:,c} (contributions scatter-added to the
         owner of column c).
 
-        The (body, column) 6-vectors come from :func:`_body_column_blocks` in O(nnz); the quadratic forms are
-        evaluated DIAG_CHUNK_ENTRIES entries at a time, so the temporaries stay bounded (a dense 8,000-rod bed
-        took 64 MiB in one pass) while each column gets its contributions in the same order as in one pass."""
+        The (body, column) pairs of D's local rows come from :func:`_body_column_index`; their 6-vectors are
+        gathered from the CSR values and the quadratic forms evaluated DIAG_CHUNK_ENTRIES pairs at a time, so the
+        temporaries stay bounded (a dense 8,000-rod bed took 64 MiB in one pass; all 6-vectors at once 6 MiB)
+        while each column gets its contributions in the same order as in one pass."""
         if self._diag is not None:
             return self._diag
         indptr, cols, vals = self.D.getValuesCSR()
-        ub, uc, dbc = _body_column_blocks(indptr, cols, vals, self.D.getSize()[1])
+        index = _body_column_index(indptr, cols)
+        if index is None:                     # not one column pattern per body: the general path
+            ub, uc, dbc = _body_column_blocks(indptr, cols, vals, self.D.getSize()[1])
+            del indptr, cols, vals
+
+            def vectors(sl):
+                return dbc[sl]
+        else:
+            ub, uc, at, stride = index
+            del indptr, cols
+
+            def vectors(sl):
+                return _gather_vectors(vals, at[sl], stride[sl])
         dv = template.duplicate()
         dv.set(0.0)
         # (body, column) entries in chunks: the per-entry copies of the mobility blocks (288 bytes each) stay
         # bounded; entries are ordered by body, so each column still receives its contributions in body order
         for k0 in range(0, ub.size, DIAG_CHUNK_ENTRIES):
             sl = slice(k0, k0 + DIAG_CHUNK_ENTRIES)
-            contrib = np.einsum("ki,kij,kj->k", dbc[sl], self.blocks[ub[sl]], dbc[sl])
+            v = vectors(sl)
+            contrib = np.einsum("ki,kij,kj->k", v, self.blocks[ub[sl]], v)
             dv.setValues(uc[sl], contrib, addv=PETSc.InsertMode.ADD_VALUES)
         dv.assemble()
         self._diag = dv.getArray(readonly=True).copy()
@@ -161,30 +176,55 @@ class _ContactCtx:
         return self._diag
 
 
+def _body_column_index(indptr, cols):
+    """Where the 6-vectors D_{b,:,c} of the (body b, column c) pairs of D's local CSR rows are, when the six dof
+    rows of every body share one column pattern (as assembled here: each constraint writes a full 6-vector):
+    ``(ub (k,), uc (k,), at (k,), stride (k,))`` ordered by body, then column, component i of pair p at
+    ``vals[at[p] + i stride[p]]``; None for any other pattern.  Index arrays per pair (k = nnz / 6), not per
+    entry."""
+    indptr = np.asarray(indptr, dtype=np.int64)
+    nrow = indptr.size - 1
+    if nrow % 6 or not cols.size:
+        return None
+    rowlen = np.diff(indptr)
+    nb = rowlen[0::6]
+    if not np.all(rowlen.reshape(-1, 6) == nb[:, None]):
+        return None
+    ub = np.repeat(np.arange(nrow // 6, dtype=np.int64), nb)        # body of each (body, column) pair
+    at = indptr[0:-1:6][ub] + np.arange(ub.size) - (np.cumsum(nb) - nb)[ub]    # its entry in the body's row 0
+    stride = nb[ub]
+    uc = cols[at]
+    for comp in range(1, 6):
+        if not np.array_equal(cols[at + comp * stride], uc):
+            return None
+    return ub, uc.astype(PETSc.IntType), at, stride
+
+
+def _gather_vectors(vals, at, stride):
+    """The 6-vectors (k, 6) at ``vals[at + i stride]`` (see :func:`_body_column_index`), ``+ 0.0`` (-0.0 -> 0.0)."""
+    v = np.empty((at.size, 6))
+    for comp in range(6):
+        v[:, comp] = vals[at + comp * stride]
+    v += 0.0
+    return v
+
+
 def _body_column_blocks(indptr, cols, vals, ncol_glob):
     """The 6-vectors D_{b,:,c} of every (body b, column c) pair present in the local CSR rows of D.
 
-    Returns ``(ub (k,), uc (k,), dbc (k, 6))`` ordered by body, then column.  D as assembled here stores the six
-    dof rows of a body with one column pattern (each constraint writes a full 6-vector), so the pairs are read off
-    the first row of each body in O(nnz); any other pattern takes the general path (a sort of the entries).
-    ``+ 0.0`` / ``bincount``: the same bits either way (-0.0 entries become 0.0)."""
+    Returns ``(ub (k,), uc (k,), dbc (k, 6))`` ordered by body, then column: with one column pattern per body
+    read off by :func:`_body_column_index`, else by a sort of the entries.  ``+ 0.0`` / ``bincount``: the same bits
+    either way (-0.0 entries become 0.0)."""
+    index = _body_column_index(indptr, cols)
+    if index is not None:
+        ub, uc, at, stride = index
+        return ub, uc, _gather_vectors(vals, at, stride)
+    indptr = np.asarray(indptr, dtype=np.int64)
     nrow = indptr.size - 1
     rowlen = np.diff(indptr)
     row = np.repeat(np.arange(nrow), rowlen)
     body = row // 6
     comp = row % 6
-    nnz = cols.size
-    if nrow % 6 == 0 and nnz:
-        nb = rowlen[0::6]
-        if np.all(rowlen.reshape(-1, 6) == nb[:, None]):
-            pos = np.arange(nnz) - indptr[row]
-            ref = indptr[6 * body] + pos
-            if np.array_equal(cols, cols[ref]):
-                k = (np.cumsum(nb) - nb)[body] + pos
-                dbc = np.zeros((int(nb.sum()), 6))
-                dbc[k, comp] = vals + 0.0
-                first = comp == 0
-                return body[first].astype(np.int64), cols[first].astype(PETSc.IntType), dbc
     nc = max(ncol_glob, 1)
     key = body.astype(np.int64) * nc + cols.astype(np.int64)
     ukey, inv = np.unique(key, return_inverse=True)

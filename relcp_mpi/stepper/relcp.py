@@ -174,10 +174,11 @@ def _solve(A, gap_v, gv, prm):
                               result=first.result) from second
 
 
-# pairs per call of a batched geometry kernel: their temporaries take 0.4-0.9 kB per pair, and the screening of
-# an 8,000-rod bed sees ~200k candidate pairs (70 MiB at once); the kernels work per pair, so chunking changes no
-# result, only the step's peak memory (docs/BENCHMARKS.md, "Memory")
-KERNEL_CHUNK = 16384
+# pairs per call of a batched geometry kernel: their temporaries take 0.4-0.9 kB per pair for rods and ~2.4 kB for
+# ellipsoid pairs (the support-function screen and Newton iteration), and the screening of an 8,000-rod bed sees
+# ~200k candidate pairs (70 MiB at once); the kernels work per pair, so chunking changes no result, only the step's
+# peak memory (docs/BENCHMARKS.md, "Memory"); 8,192 pairs per call cost no measurable time against 16,384
+KERNEL_CHUNK = 8192
 
 
 def _chunks(n):
