@@ -77,7 +77,8 @@ def test_owned_csr_equals_triplet_lexsort_bincount():
     assert np.any((ib >= 0) & (body_row[np.maximum(ib, 0)] == body_row[ia]))     # a repeated (body, column)
     off = 17
     # the former triplets: per constraint the six rows of body i, then the six of body j (not for walls)
-    Gi, Gj = t.columns()
+    Gi = np.concatenate([normal, np.cross(t.r_i, normal)], axis=1)                  # [n, r_i x n]
+    Gj = -np.concatenate([normal, np.cross(t.r_j, normal)], axis=1)                 # -[n, r_j x n]
     R = np.concatenate([6 * body_row[ia][:, None] + np.arange(6), 6 * body_row[np.maximum(ib, 0)][:, None]
                         + np.arange(6)], axis=1)
     V = np.concatenate([Gi, Gj], axis=1)

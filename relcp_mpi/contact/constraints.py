@@ -52,16 +52,6 @@ class ConstraintTable:
             old = getattr(self, f)
             setattr(self, f, np.concatenate([old, a.astype(old.dtype).reshape((-1,) + old.shape[1:])]))
 
-    def columns(self, start=0):
-        """Per-constraint 6-vectors for body i and body j of the rows from ``start`` on: (Gi (c,6), Gj (c,6)).
-
-        Gi = [n, r_i x n];  Gj = -[n, r_j x n] (zero for walls)."""
-        n = self.normal[start:]
-        Gi = np.concatenate([n, np.cross(self.r_i[start:], n)], axis=1)
-        Gj = -np.concatenate([n, np.cross(self.r_j[start:], n)], axis=1)
-        Gj[self.ib[start:] < 0] = 0.0
-        return Gi, Gj
-
     def keys(self):
         """Structured (gid_i, gid_j, sub) keys for warm-start matching, shape (c,)."""
         k = np.empty(len(self), dtype=[("gid_i", np.int64), ("gid_j", np.int64), ("sub", np.int64)])
@@ -151,8 +141,8 @@ def assemble_D(table, body_row, row_starts, comm, col_offset, n_cols_global, D=N
 def _halves(table, body_row, col_offset):
     """The D entries of the local constraints as one 6-vector per (constraint, body): ``(body (h,) int64 global
     block rows, col (h,) int64 global columns, G (h, 6))``, body i's 6-vectors of all rows first, then body j's
-    (walls have none), ``G = [n, r_i x n]`` for body i and ``-[n, r_j x n]`` for body j, the numbers of
-    :meth:`ConstraintTable.columns` (row-wise arithmetic) written straight into G."""
+    (walls have none), ``G = [n, r_i x n]`` for body i and ``-[n, r_j x n]`` for body j (row-wise arithmetic),
+    written straight into G (no per-body copies).  The one place D's entries are formed."""
     c = len(table)
     pair = np.flatnonzero(table.ib >= 0)
     G = np.empty((c + len(pair), 6))
