@@ -134,6 +134,7 @@ def _ssnal(data, A, x0, tol, rho_factor, grow, max_outer=100, max_newton=60):
     rho = rho_factor / A.diagonal().mean()
     g = np.maximum(x0, 0.0)
     nfact, K, S_fact = 0, None, None
+    bv, xv = PETSc.Vec().createSeq(6 * n), PETSc.Vec().createSeq(6 * n)    # right-hand side, Newton step
     res = float(np.abs(np.minimum(g, A @ g + q)).max())
     for _ in range(max_outer):
         if res <= tol:
@@ -156,7 +157,6 @@ def _ssnal(data, A, x0, tol, rho_factor, grow, max_outer=100, max_newton=60):
                 K.setOption(PETSc.Mat.Option.SPD, True)
                 ksp.setOperators(K)
                 ksp.setUp()
-                bv, xv = K.createVecRight(), K.createVecLeft()
                 S_fact, nfact = S.copy(), nfact + 1
             bv.getArray()[:] = -grad
             bv.stateIncrease()
@@ -179,9 +179,8 @@ def _ssnal(data, A, x0, tol, rho_factor, grow, max_outer=100, max_newton=60):
         res = float(np.abs(np.minimum(g, A @ g + q)).max())
         rho *= grow
         S_fact = None if grow != 1.0 else S_fact
-    ksp.destroy()
-    if K is not None:
-        K.destroy()
+    for o in (ksp, bv, xv) + ((K,) if K is not None else ()):
+        o.destroy()
     return nfact, res, time.perf_counter() - t0
 
 
