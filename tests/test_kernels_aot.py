@@ -18,8 +18,8 @@ from relcp_mpi.geometry import numba_switch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# one step of the 2,000-rod dense bed: pair geometry, end-point rows, screen and candidate filter all see more
-# than MIN_ROWS rows; the kernels' entry points count their calls
+# one step of the 2,000-rod dense bed: pair geometry, end-point rows and screen see more than MIN_ROWS rows, the
+# candidates come from the compiled cell list; the kernels' entry points count their calls
 _RUN = r"""
 import json, sys
 from relcp_mpi.geometry import numba_switch, spherocylinder_jit as J
@@ -31,7 +31,7 @@ def counted(mod, name):
         calls[name] = calls.get(name, 0) + 1
         return real(*a, **k)
     setattr(mod, name, f)
-for mod, name in ((J, "capsule_pairs_indexed"), (J, "end_rows"), (J, "round_lower_bound"), (N, "filter_sort")):
+for mod, name in ((J, "capsule_pairs_indexed"), (J, "end_rows"), (J, "round_lower_bound"), (N, "cell_pairs")):
     counted(mod, name)
 from mpi4py import MPI
 from relcp_mpi import Simulation
@@ -40,7 +40,8 @@ deck, _ = load("input_decks/peer/n2000c.yaml")
 sim = Simulation.from_deck(deck, comm=MPI.COMM_WORLD)
 sim.run(1, writers=[])
 print(json.dumps({"backend": numba_switch.backend(), "calls": calls,
-                  "numba": "numba" in sys.modules, "llvmlite": "llvmlite" in sys.modules}))
+                  "numba": "numba" in sys.modules, "llvmlite": "llvmlite" in sys.modules,
+                  "scipy.spatial": "scipy.spatial" in sys.modules}))
 """
 
 
@@ -54,8 +55,9 @@ def test_rod_run_uses_aot_kernels_without_numba():
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert out["backend"] == "aot"
-    assert set(out["calls"]) == {"capsule_pairs_indexed", "end_rows", "round_lower_bound", "filter_sort"}, out
+    assert set(out["calls"]) == {"capsule_pairs_indexed", "end_rows", "round_lower_bound", "cell_pairs"}, out
     assert not out["numba"] and not out["llvmlite"], out
+    assert not out["scipy.spatial"], out            # the compiled cell list replaces the KD-tree
 
 
 def test_stale_aot_build_is_not_used(monkeypatch):

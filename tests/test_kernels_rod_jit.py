@@ -13,7 +13,7 @@ import pytest
 from relcp_mpi.basics import quaternion as Q
 from relcp_mpi.bodies.shapes import SPHEROCYLINDER
 from relcp_mpi.contact.line_contacts import rod_pair_end_rows
-from relcp_mpi.contact.neighbors import candidate_pairs
+from relcp_mpi.contact.neighbors import candidate_pairs, tree_pairs
 from relcp_mpi.geometry import spherocylinder_jit as J
 from relcp_mpi.geometry.contact import pair_snsd, pair_snsd_indexed
 from relcp_mpi.geometry.spherocylinder import capsule_capsule
@@ -142,8 +142,8 @@ def test_rod_end_rows_jit_is_numpy(compiled_backend, monkeypatch, skin):
 
 @pytest.mark.parametrize("n_owned", [None, 2500])
 def test_candidate_pairs_jit_is_numpy(compiled_backend, monkeypatch, n_owned):
-    """The compiled filter and order of the KD-tree pairs (contact/neighbors_jit.py) keep the same pairs in the
-    same order: mixed radii, duplicate points, pairs exactly at the bound, ghosts (n_owned)."""
+    """The compiled filter and order of the KD-tree pairs (contact/neighbors_jit.py; the tree path, the fallback
+    of the cell list) keep the same pairs in the same order: mixed radii, duplicate points, pairs exactly at the bound, ghosts (n_owned)."""
     from relcp_mpi.contact import neighbors_jit
     rng = np.random.default_rng(4)
     m = 4000
@@ -156,10 +156,13 @@ def test_candidate_pairs_jit_is_numpy(compiled_backend, monkeypatch, n_owned):
     calls = []
     real = neighbors_jit.filter_sort
     monkeypatch.setattr(neighbors_jit, "filter_sort", lambda *a: calls.append(1) or real(*a))
-    got = candidate_pairs(x, r, 0.1, n_owned=n_owned)
+    radius = 2 * float(r.max()) + 0.1
+    no = m if n_owned is None else n_owned
+    got = tree_pairs(x, r, 0.1, no, radius)                              # the tree path (the fallback)
     assert calls == [1]                                                  # the compiled path was taken
+    assert _same_bits(got[0], candidate_pairs(x, r, 0.1, n_owned=n_owned)[0])     # the cell list: same pairs
     monkeypatch.setenv("RELCP_NUMBA", "0")
-    ref = candidate_pairs(x, r, 0.1, n_owned=n_owned)
+    ref = tree_pairs(x, r, 0.1, no, radius)
     assert calls == [1] and len(ref[0]) > neighbors_jit.MIN_ROWS
     assert _same_bits(got[0], ref[0]) and _same_bits(got[1], ref[1])
 
