@@ -500,6 +500,9 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
                 core_parameters(inp.kind, inp.shape, Xt, Rt, pb_, sel.p_j, sel.normal, -1.0)], axis=1),
                 np.full((int(bad_w.sum()), 2), np.nan)])
         gamma = np.concatenate([gamma, np.zeros(len(table) - level_start)])
+        # the trial check's arrays (geometry of every checked pair, hints, rotations) are recomputed at the next
+        # level: release them before its assembly and solve instead of holding them through both (peak memory)
+        del tgeo, twgeo, sel, wsel, hint, maybe, pa, pb, bad_p, bad_w, lb, cw, Rt, Xt, Qt, reach, rot, rows_rot
 
     n_global, n_active = comm.allreduce(np.array([len(table), int(np.count_nonzero(gamma > 0))]))
     diag = dict(constraints=int(n_global), active=int(n_active), depth=int(depth), iterations=int(iters_total),
