@@ -132,7 +132,7 @@ def _filter_sort(x, r, skin, n_owned, pairs, start, lo_out, hi_out):
     """Kept pairs of the tree's ``pairs`` (p, 2) into lo_out / hi_out ordered by (lo, hi); ``start`` (m + 1,)
     zeros on entry (bucket offsets).  Returns the number of kept pairs.  The same filter as the numpy path
     (``pair_distance``'s ``(s0 + s1) + s2``, ``sqrt``, ``d <= (r_a + r_b) + skin``, ``min(a, b) < n_owned``);
-    the keys are distinct, so a counting sort by lo and an insertion sort of each (short) hi run give the
+    the keys are distinct, so a counting sort by lo and :func:`_sort_run` of each (short) hi run give the
     numpy path's sorted order."""
     p = pairs.shape[0]
     keep = np.zeros(p, np.bool_)
@@ -157,14 +157,8 @@ def _filter_sort(x, r, skin, n_owned, pairs, start, lo_out, hi_out):
             lo_out[fill[lo]] = lo
             hi_out[fill[lo]] = hi
             fill[lo] += 1
-    for i in range(m):                  # each run of hi values: insertion sort (runs are ~10 long)
-        for k in range(start[i] + 1, start[i + 1]):
-            v = hi_out[k]
-            q = k - 1
-            while q >= start[i] and hi_out[q] > v:
-                hi_out[q + 1] = hi_out[q]
-                q -= 1
-            hi_out[q + 1] = v
+    for i in range(m):                  # each lo's run of hi values (distinct): sorted in place
+        _sort_run(hi_out[start[i]:start[i + 1]], start[i + 1] - start[i])
     return start[m]
 
 
