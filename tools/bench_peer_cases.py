@@ -69,21 +69,21 @@ def machine():
             f"{platform.platform()}")
 
 
-def apply_settings(deck, settings):
-    """Deck overrides ``["section.key=value", ...]`` (the value a number, else parsed as YAML) applied to a deck mapping in place;
-    the deck is validated again when the Simulation is built."""
+def parse_settings(settings):
+    """``["section.key=value", ...]`` -> ``{"section.key": value}`` (the value a number, else parsed as YAML), the
+    changes :func:`relcp_mpi.config.sections.override` applies and validates."""
     import yaml
+    changes = {}
     for item in settings:
-        key, _, value = item.partition("=")
-        section, _, name = key.partition(".")
-        if not (section and name and _):
+        key, eq, value = item.partition("=")
+        section, dot, name = key.partition(".")
+        if not (section and name and dot and eq):
             raise SystemExit(f"--set: expected section.key=value, got {item!r}")
         try:                        # numbers as Python reads them (YAML 1.1 reads 5e-4 as a string)
-            parsed = int(value) if value.strip().lstrip("+-").isdigit() else float(value)
+            changes[key] = int(value) if value.strip().lstrip("+-").isdigit() else float(value)
         except ValueError:
-            parsed = yaml.safe_load(value)
-        deck.setdefault(section, {})[name] = parsed
-    return deck
+            changes[key] = yaml.safe_load(value)
+    return changes
 
 
 def run_case(case, deck_path, steps, warm, settings=()):
@@ -93,13 +93,15 @@ def run_case(case, deck_path, steps, warm, settings=()):
 
     from relcp_mpi import Simulation
     from relcp_mpi.config.deck import load
+    from relcp_mpi.config.sections import override
     from relcp_mpi.geometry import numba_switch
     from relcp_mpi.petsc import get_petsc
     get_petsc()
     comm = MPI.COMM_WORLD
     mem["imports"] = rss_mib()
     deck, text = load(deck_path)
-    apply_settings(deck, settings)
+    if settings:
+        deck = override(deck, parse_settings(settings), source=deck_path)
     sim = Simulation.from_deck(deck, comm=comm)          # builds the bodies, checks initial overlaps
     del deck, text
     mem["setup"] = rss_mib()
