@@ -109,6 +109,12 @@ def match_keys(keys, table_keys, table_values, default=0.0):
     return out
 
 
+# the attribute under which assemble_D leaves a one-rank D's CSR arrays (indptr, cols, vals): the arrays PETSc uses
+# in place there, with one column pattern per body (the six dof rows of a body share it), which the solver's
+# compiled operator (solver/operator_jit.py) reads directly
+CSR_ATTR = "relcp_csr"
+
+
 def assemble_D(table, body_row, row_starts, comm, col_offset, n_cols_global, D=None):
     """Distributed D: rows = 6 dofs per body (owner-distributed), columns = constraints.
 
@@ -135,6 +141,8 @@ def assemble_D(table, body_row, row_starts, comm, col_offset, n_cols_global, D=N
     D = PETSc.Mat().createAIJWithArrays(size=((nloc, None), (len(table), n_cols_global)),
                                         csr=(indptr, cols, vals), comm=comm)
     D.assemble()
+    if size == 1:
+        D.setAttr(CSR_ATTR, (indptr, cols, vals))
     return D
 
 

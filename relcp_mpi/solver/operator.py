@@ -18,7 +18,9 @@ import weakref
 
 import numpy as np
 
+from relcp_mpi.contact.constraints import CSR_ATTR
 from relcp_mpi.petsc import get_petsc
+from relcp_mpi.solver import operator_jit
 
 PETSc = get_petsc()
 
@@ -79,6 +81,8 @@ def any_rank(petsc_comm, flag):
     return bool(mc.allreduce(bool(flag), op=MPI.LOR))
 
 
+_NO_SPLIT = np.zeros(0, np.int64)      # operator_jit's ndiag when every column is owned (one rank)
+
 # (body, column) entries per chunk of the diagonal computation (bounds its temporaries, 288 bytes of mobility block
 # per entry: 1.1 MiB; see _ContactCtx.diagonal)
 DIAG_CHUNK_ENTRIES = 4096
@@ -94,6 +98,10 @@ class _ContactCtx:
         self.U = None          # D x            (body-dof layout)
         self.F = None          # M (D x)        (body-dof layout)
         self._diag = None      # cached diagonal of A (numpy, local), built on demand
+        # whether the compiled one-pass product (solver/operator_jit.py) serves D: it needs D's CSR arrays with one
+        # column pattern per body, which assemble_D attaches to a one-rank D (the arrays PETSc itself uses there:
+        # nothing is copied); any other D (several ranks, matrices built elsewhere) keeps PETSc's products
+        self.fused = False
         self.nmult = 0
 
     def set(self, D, blocks):
@@ -113,9 +121,19 @@ class _ContactCtx:
         self.blocks = blocks
         self.blocks_T = None
         self._diag = None
+        csr = D.getAttr(CSR_ATTR)     # set by assemble_D on one rank (see operator_jit for what it holds)
+        self.fused = csr is not None and operator_jit.usable(D.getSize()[1], csr[1].dtype)
 
     # --- PETSc python-Mat callbacks -----------------------------------------------------------------------------
     def _apply(self, x, y, blocks):
+        self.nmult += 1
+        if self.fused:                         # one compiled pass over D, the same bits (solver/operator_jit.py)
+            # D's arrays are looked up at each product, not held: they die with D (assemble_D destroys the previous
+            # D before it builds the next one, and arrays held here would double the peak of that assembly)
+            indptr, cols, vals = self.D.getAttr(CSR_ATTR)
+            operator_jit.body_matvec(indptr, _NO_SPLIT, cols, vals, blocks, x.getArray(readonly=True), y.getArray())
+            y.stateIncrease()
+            return
         self.D.mult(x, self.U)
         u = self.U.getArray(readonly=True).reshape(-1, 6)
         f = self.F.getArray().reshape(-1, 6)
@@ -123,7 +141,6 @@ class _ContactCtx:
             np.einsum("bij,bj->bi", blocks, u, out=f)
         self.F.stateIncrease()
         self.D.multTranspose(self.F, y)
-        self.nmult += 1
 
     def mult(self, mat, x, y):
         self._apply(x, y, self.blocks)

@@ -1,0 +1,125 @@
+"""Compiled (numba) application of the contact operator ``y = D^T M D x`` in one pass over D, bit for bit the
+shell operator's ``D.mult`` / ``einsum`` / ``D.multTranspose`` (:mod:`relcp_mpi.solver.operator`).
+
+Optional (geometry/numba_switch.py): used when a build of it is available (the ahead-of-time module of
+geometry/aot_build.py always; numba's JIT from ``MIN_COLUMNS`` columns, importing numba costs ~1 s) and
+``RELCP_NUMBA`` is not ``0``.
+
+Why it is faster: PETSc reads D twice per application (``mult``, then ``multTranspose``), each time the column index
+of every one of the six dof rows of a body, although the six rows share one column pattern (each constraint writes
+a full 6-vector, :func:`relcp_mpi.contact.constraints._owned_csr`).  Here each body's column pattern is read once
+and its 6 x n values once, while they are in cache, for both products: about a third of PETSc's memory traffic
+(2.2-2.5x faster per application on dense 2k-8k beds and a 4k colony).
+
+Why the bits are the same (a contract checked by tests/test_operator_jit.py against PETSc):
+
+* ``u = D x`` row by row as PETSc's SeqAIJ inode kernel sums it: terms added to the running sum in pairs,
+  ``s += (v_t x_t + v_{t+1} x_{t+1})``, the last term alone when the row length is odd; on several ranks the
+  owned columns first, then the ghost columns continuing the same sum (MPIAIJ: diagonal block, then
+  ``multAdd`` of the off-diagonal block), the pairing restarting at the ghost columns;
+* ``f = M_b u`` as numpy's ``einsum("bij,bj->bi")`` sums a row of 6: ``((m0 u0 + m2 u2) + m4 u4) +
+  ((m1 u1 + m3 u3) + m5 u5)``;
+* ``y = D^T f`` accumulated per column in the order of D's rows (bodies in order, their six dof rows in order),
+  as PETSc's ``multTranspose`` does; ghost columns' sums are added to their owners' afterwards (reverse scatter).
+
+No fused multiply-add anywhere (numba_switch.compile_globals: no fastmath; the AOT build targets the generic CPU).
+"""
+import numpy as np
+
+from relcp_mpi.geometry.numba_switch import AVAILABLE, backend, compiled_entries, enabled  # noqa: F401 (re-exported)
+
+MIN_COLUMNS = 4096      # the JIT kernel: smaller operators keep PETSc's (importing numba costs ~1 s per process)
+
+_JIT_NAMES = ("_body_matvec",)
+_ENTRIES = ("_body_matvec",)
+AOT_SIGNATURES = {      # the entry point's types for the AOT build (geometry/aot_build.py); PETSc's 32-bit ints
+    "_body_matvec": "void(i4[::1], i8[::1], i4[::1], f8[::1], f8[:, :, ::1], f8[::1], f8[::1])",
+}
+
+
+def _compiled():
+    return compiled_entries(globals(), _JIT_NAMES, _ENTRIES)
+
+
+def _body_matvec(indptr, ndiag, cols, vals, blocks, x, y):
+    """``y = D^T M D x`` (module docstring) for D given as CSR arrays whose six dof rows of each body share one
+    column pattern: body b's rows are ``6 b .. 6 b + 5``, row ``6 b + k`` holds ``n_b`` entries starting at
+    ``indptr[6 b] + k n_b``, columns ``cols`` (local indices into ``x`` / ``y``) the same in all six.
+
+    ``indptr`` (6 nb + 1,), ``cols`` / ``vals`` (nnz,), ``blocks`` (nb, 6, 6) the mobility blocks, ``x`` / ``y``
+    (n_cols,) (``y`` is overwritten); ``ndiag`` (nb,): the number of owned columns at the start of each body's
+    pattern (the rest are ghost columns, summed after them), or empty when all are owned."""
+    nb = blocks.shape[0]
+    y[:] = 0.0
+    split = ndiag.shape[0] > 0
+    for b in range(nb):
+        r0 = np.int64(indptr[6 * b])
+        n = np.int64(indptr[6 * b + 1]) - r0
+        nd = np.int64(ndiag[b]) if split else n
+        u0 = 0.0
+        u1 = 0.0
+        u2 = 0.0
+        u3 = 0.0
+        u4 = 0.0
+        u5 = 0.0
+        for lo, hi in ((0, nd), (nd, n)):        # owned columns, then ghost columns: each summed in pairs
+            t = lo
+            while t + 1 < hi:
+                p = r0 + t
+                xa = x[cols[p]]
+                xb = x[cols[p + 1]]
+                u0 += vals[p] * xa + vals[p + 1] * xb
+                p += n
+                u1 += vals[p] * xa + vals[p + 1] * xb
+                p += n
+                u2 += vals[p] * xa + vals[p + 1] * xb
+                p += n
+                u3 += vals[p] * xa + vals[p + 1] * xb
+                p += n
+                u4 += vals[p] * xa + vals[p + 1] * xb
+                p += n
+                u5 += vals[p] * xa + vals[p + 1] * xb
+                t += 2
+            if t < hi:
+                p = r0 + t
+                xa = x[cols[p]]
+                u0 += vals[p] * xa
+                u1 += vals[p + n] * xa
+                u2 += vals[p + 2 * n] * xa
+                u3 += vals[p + 3 * n] * xa
+                u4 += vals[p + 4 * n] * xa
+                u5 += vals[p + 5 * n] * xa
+        m = blocks[b]
+        f0 = ((m[0, 0] * u0 + m[0, 2] * u2) + m[0, 4] * u4) + ((m[0, 1] * u1 + m[0, 3] * u3) + m[0, 5] * u5)
+        f1 = ((m[1, 0] * u0 + m[1, 2] * u2) + m[1, 4] * u4) + ((m[1, 1] * u1 + m[1, 3] * u3) + m[1, 5] * u5)
+        f2 = ((m[2, 0] * u0 + m[2, 2] * u2) + m[2, 4] * u4) + ((m[2, 1] * u1 + m[2, 3] * u3) + m[2, 5] * u5)
+        f3 = ((m[3, 0] * u0 + m[3, 2] * u2) + m[3, 4] * u4) + ((m[3, 1] * u1 + m[3, 3] * u3) + m[3, 5] * u5)
+        f4 = ((m[4, 0] * u0 + m[4, 2] * u2) + m[4, 4] * u4) + ((m[4, 1] * u1 + m[4, 3] * u3) + m[4, 5] * u5)
+        f5 = ((m[5, 0] * u0 + m[5, 2] * u2) + m[5, 4] * u4) + ((m[5, 1] * u1 + m[5, 3] * u3) + m[5, 5] * u5)
+        for t in range(n):
+            p = r0 + t
+            c = cols[p]
+            s = y[c]
+            s += vals[p] * f0
+            s += vals[p + n] * f1
+            s += vals[p + 2 * n] * f2
+            s += vals[p + 3 * n] * f3
+            s += vals[p + 4 * n] * f4
+            s += vals[p + 5 * n] * f5
+            y[c] = s
+
+
+def body_matvec(indptr, ndiag, cols, vals, blocks, x, y):
+    """:func:`_body_matvec` through the current compiled backend (callers check :func:`usable` first)."""
+    _compiled()[0](indptr, ndiag, cols, vals, blocks, x, y)
+
+
+def usable(n_columns, index_dtype):
+    """Whether the compiled operator serves an operator of ``n_columns`` global columns with PETSc index type
+    ``index_dtype``: a compiled backend is on, and (JIT) the operator is large enough to pay for numba's import,
+    (AOT) the build's 32-bit index signature fits."""
+    if not (AVAILABLE and enabled()):
+        return False
+    if backend() == "aot":
+        return np.dtype(index_dtype) == np.int32
+    return n_columns >= MIN_COLUMNS

@@ -1,0 +1,93 @@
+"""The compiled one-pass contact operator (solver/operator_jit.py) gives the bits of PETSc's ``D.mult`` / ``einsum`` /
+``D.multTranspose``, on each compiled build, for D as assemble_D makes it (walls, a body paired with its own image,
+signed zeros, bodies without constraints, values over many decades); the switch selects the path it claims."""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from relcp_mpi.contact.constraints import CSR_ATTR, ConstraintTable, assemble_D
+from relcp_mpi.petsc import get_petsc
+from relcp_mpi.solver import operator_jit
+from relcp_mpi.solver.operator import ContactOperator
+
+PETSc = get_petsc()
+
+
+def _one_rank_D(rng, nb, c, idle=0):
+    """A one-rank D from a random constraint table: ``nb`` owned bodies (the last ``idle`` of them in no
+    constraint), ghosts that are periodic images of owned bodies, 10 % walls, normals and levers spread over
+    decades, some normals with signed zeros."""
+    m = nb + nb // 3
+    body_row = np.concatenate([np.arange(nb), rng.integers(0, max(nb - idle, 1), m - nb)])
+    active = max(nb - idle, 1)
+    ia = rng.integers(0, active, c)
+    ib = rng.integers(0, m, c)
+    ib[(ib < nb) & (ib >= active)] = -1
+    ib[rng.random(c) < 0.1] = -1
+    normal = rng.normal(size=(c, 3)) * 10.0 ** rng.uniform(-3, 3, (c, 1))
+    normal[::7] = [0.0, -0.0, 1.0]
+    t = ConstraintTable()
+    t.append(ia=ia, ib=ib, gid_i=ia, gid_j=ib, sub=np.zeros(c), normal=normal,
+             r_i=rng.normal(size=(c, 3)) * 10.0 ** rng.uniform(-2, 2, (c, 1)), r_j=rng.normal(size=(c, 3)),
+             gap_free=np.zeros(c), sep0=np.zeros(c))
+    return assemble_D(t, body_row, np.array([0, nb]), MPI.COMM_SELF, 0, c)
+
+
+def _products(D, blocks, xs):
+    """``A x`` and ``A^T x`` for each x of ``xs`` through a fresh ContactOperator (its path chosen now)."""
+    A = ContactOperator(D, blocks)
+    x, y = D.createVecRight(), D.createVecRight()
+    out = []
+    for xv in xs:
+        x.getArray()[:] = xv
+        A.mult(x, y)
+        out.append(y.getArray().copy())
+        A.multTranspose(x, y)
+        out.append(y.getArray().copy())
+    fused = A._ctx.fused
+    for o in (A, x, y):
+        o.destroy()
+    return out, fused
+
+
+@pytest.mark.parametrize("nb,c,idle", [(1, 1, 0), (3, 2, 1), (40, 300, 5), (900, 5000, 30)])
+def test_compiled_operator_is_petsc_bit_for_bit(compiled_backend, monkeypatch, nb, c, idle):
+    monkeypatch.setattr(operator_jit, "MIN_COLUMNS", 0)        # the JIT build on small operators too
+    rng = np.random.default_rng(nb + c)
+    D = _one_rank_D(rng, nb, c, idle)
+    assert D.getAttr(CSR_ATTR) is not None
+    blocks = rng.normal(size=(nb, 6, 6)) * 10.0 ** rng.uniform(-4, 1, (nb, 1, 1))   # not symmetric: A^T != A
+    blocks[::5, 2, :] = -0.0
+    xs = [rng.random(c) * (rng.random(c) < 0.5) * 10.0 ** rng.uniform(-3, 3, c), rng.normal(size=c)]
+    got, fused = _products(D, blocks, xs)
+    assert fused
+    monkeypatch.setenv("RELCP_NUMBA", "0")
+    ref, fused = _products(D, blocks, xs)
+    assert not fused
+    for g, r in zip(got, ref):
+        assert np.array_equal(g, r) and np.array_equal(np.signbit(g), np.signbit(r))
+    D.destroy()
+
+
+def test_operator_path_selection(monkeypatch):
+    """PETSc's products wherever the compiled one cannot serve: no compiled backend, a D without the CSR
+    attribute (built elsewhere), JIT below MIN_COLUMNS; the compiled one otherwise."""
+    rng = np.random.default_rng(3)
+    D = _one_rank_D(rng, 30, 200)
+    blocks = np.tile(np.eye(6), (30, 1, 1))
+    monkeypatch.setenv("RELCP_NUMBA", "0")
+    assert not ContactOperator(D, blocks)._ctx.fused
+    monkeypatch.setenv("RELCP_NUMBA", "1")
+    from relcp_mpi.geometry import numba_switch
+    if numba_switch.AVAILABLE:
+        monkeypatch.setenv("RELCP_AOT", "0")
+        if numba_switch.backend() == "jit":
+            assert not ContactOperator(D, blocks)._ctx.fused                 # 200 columns < MIN_COLUMNS
+            monkeypatch.setattr(operator_jit, "MIN_COLUMNS", 100)
+            assert ContactOperator(D, blocks)._ctx.fused
+    indptr, cols, vals = D.getValuesCSR()
+    E = PETSc.Mat().createAIJ(D.getSize(), csr=(indptr, cols, vals), comm=PETSc.COMM_SELF)
+    E.assemble()
+    assert not ContactOperator(E, blocks)._ctx.fused
+    for o in (D, E):
+        o.destroy()
