@@ -33,6 +33,11 @@ def _one_rank_D(rng, nb, c, idle=0):
     return assemble_D(t, body_row, np.array([0, nb]), MPI.COMM_SELF, 0, c)
 
 
+def _onepass(A):
+    """Whether the operator A applies the compiled one-pass product."""
+    return A._ctx.onepass is not None
+
+
 def _products(D, blocks, xs):
     """``A x`` and ``A^T x`` for each x of ``xs`` through a fresh ContactOperator (its path chosen now)."""
     A = ContactOperator(D, blocks)
@@ -44,7 +49,7 @@ def _products(D, blocks, xs):
         out.append(y.getArray().copy())
         A.multTranspose(x, y)
         out.append(y.getArray().copy())
-    fused = A._ctx.fused
+    fused = _onepass(A)
     for o in (A, x, y):
         o.destroy()
     return out, fused
@@ -76,18 +81,78 @@ def test_operator_path_selection(monkeypatch):
     D = _one_rank_D(rng, 30, 200)
     blocks = np.tile(np.eye(6), (30, 1, 1))
     monkeypatch.setenv("RELCP_NUMBA", "0")
-    assert not ContactOperator(D, blocks)._ctx.fused
+    assert not _onepass(ContactOperator(D, blocks))
     monkeypatch.setenv("RELCP_NUMBA", "1")
     from relcp_mpi.geometry import numba_switch
     if numba_switch.AVAILABLE:
         monkeypatch.setenv("RELCP_AOT", "0")
         if numba_switch.backend() == "jit":
-            assert not ContactOperator(D, blocks)._ctx.fused                 # 200 columns < MIN_COLUMNS
+            assert not _onepass(ContactOperator(D, blocks))                # 200 columns < MIN_COLUMNS
             monkeypatch.setattr(operator_jit, "MIN_COLUMNS", 100)
-            assert ContactOperator(D, blocks)._ctx.fused
+            assert _onepass(ContactOperator(D, blocks))
     indptr, cols, vals = D.getValuesCSR()
     E = PETSc.Mat().createAIJ(D.getSize(), csr=(indptr, cols, vals), comm=PETSc.COMM_SELF)
     E.assemble()
-    assert not ContactOperator(E, blocks)._ctx.fused
+    assert not _onepass(ContactOperator(E, blocks))
     for o in (D, E):
         o.destroy()
+
+
+def _distributed_D(comm, rng, n_bodies, n_cols_per_rank):
+    """D as the stepper assembles it on ``comm``: bodies split contiguously (the last rank may own none),
+    constraints of each rank between its owned bodies and ghosts owned elsewhere, 10 % walls."""
+    P, r = comm.size, comm.rank
+    owners = P - 1 if P > 2 else P                 # from 3 ranks on the last one owns nothing
+    starts = np.array([min(n_bodies, k * n_bodies // owners) for k in range(P + 1)])
+    own = np.arange(starts[r], starts[r + 1])
+    c = n_cols_per_rank if own.size else 0
+    ghosts = rng.choice(n_bodies, size=min(n_bodies, 40), replace=False)
+    ghosts = np.setdiff1d(ghosts, own)
+    body_row = np.concatenate([own, ghosts]).astype(np.int64)
+    m = body_row.size
+    ia = rng.integers(0, max(own.size, 1), c)
+    ib = rng.integers(0, max(m, 1), c)
+    ib[ib == ia] = -1
+    ib[rng.random(c) < 0.1] = -1
+    normal = rng.normal(size=(c, 3)) * 10.0 ** rng.uniform(-3, 3, (c, 1))
+    t = ConstraintTable()
+    t.append(ia=ia, ib=ib, gid_i=ia, gid_j=ib, sub=np.zeros(c), normal=normal, r_i=rng.normal(size=(c, 3)),
+             r_j=rng.normal(size=(c, 3)), gap_free=np.zeros(c), sep0=np.zeros(c))
+    counts = comm.allgather(c)
+    D = assemble_D(t, body_row, starts, comm, int(sum(counts[:r])), int(sum(counts)))
+    return D, own.size
+
+
+def _n_ghost_columns(D):
+    c0, c1 = D.getOwnershipRangeColumn()
+    cols = D.getValuesCSR()[1]
+    return int(np.unique(cols[(cols < c0) | (cols >= c1)]).size)
+
+
+@pytest.mark.mpi
+def test_compiled_operator_is_petsc_bit_for_bit_on_ranks(monkeypatch):
+    """Several ranks: the reordered local rows, the ghost scatters and the reverse scatter-add give PETSc's
+    MPIAIJ products bit for bit (ranks without bodies included)."""
+    from relcp_mpi.geometry import numba_switch
+    if not numba_switch.enabled():
+        pytest.skip("no compiled kernels")
+    monkeypatch.setattr(operator_jit, "MIN_COLUMNS", 0)
+    comm = MPI.COMM_WORLD
+    rng = np.random.default_rng(11 + comm.rank)
+    for n_bodies, per_rank in ((5, 3), (200, 700)):
+        D, nb = _distributed_D(comm, rng, n_bodies, per_rank)
+        blocks = rng.normal(size=(nb, 6, 6)) * 10.0 ** rng.uniform(-4, 1, (nb, 1, 1))
+        nloc = D.getLocalSize()[1]
+        xs = [rng.random(nloc) * 10.0 ** rng.uniform(-3, 3, nloc), rng.normal(size=nloc)]
+        got, fused = _products(D, blocks, xs)
+        assert fused
+        if comm.size > 1:                          # the case the scatters exist for: columns owned elsewhere
+            assert comm.allreduce(int(D.getAttr(CSR_ATTR) == ()), op=MPI.SUM) == comm.size
+            assert comm.allreduce(_n_ghost_columns(D), op=MPI.SUM) > 0
+        monkeypatch.setenv("RELCP_NUMBA", "0")
+        ref, fused = _products(D, blocks, xs)
+        monkeypatch.setenv("RELCP_NUMBA", "1")
+        assert not fused
+        ok = all(np.array_equal(g, r) for g, r in zip(got, ref))
+        assert all(comm.allgather(ok))
+        D.destroy()

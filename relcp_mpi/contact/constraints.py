@@ -109,9 +109,9 @@ def match_keys(keys, table_keys, table_values, default=0.0):
     return out
 
 
-# the attribute under which assemble_D leaves a one-rank D's CSR arrays (indptr, cols, vals): the arrays PETSc uses
-# in place there, with one column pattern per body (the six dof rows of a body share it), which the solver's
-# compiled operator (solver/operator_jit.py) reads directly
+# the attribute by which assemble_D marks its D as having one column pattern per body (the six dof rows of a body
+# share it), for the solver's compiled operator (solver/operator_jit.py): on one rank it holds D's CSR arrays
+# (indptr, cols, vals), the arrays PETSc uses in place there; on several ranks (PETSc copied them) the empty tuple
 CSR_ATTR = "relcp_csr"
 
 
@@ -141,8 +141,7 @@ def assemble_D(table, body_row, row_starts, comm, col_offset, n_cols_global, D=N
     D = PETSc.Mat().createAIJWithArrays(size=((nloc, None), (len(table), n_cols_global)),
                                         csr=(indptr, cols, vals), comm=comm)
     D.assemble()
-    if size == 1:
-        D.setAttr(CSR_ATTR, (indptr, cols, vals))
+    D.setAttr(CSR_ATTR, (indptr, cols, vals) if size == 1 else ())
     return D
 
 

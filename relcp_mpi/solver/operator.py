@@ -98,10 +98,7 @@ class _ContactCtx:
         self.U = None          # D x            (body-dof layout)
         self.F = None          # M (D x)        (body-dof layout)
         self._diag = None      # cached diagonal of A (numpy, local), built on demand
-        # whether the compiled one-pass product (solver/operator_jit.py) serves D: it needs D's CSR arrays with one
-        # column pattern per body, which assemble_D attaches to a one-rank D (the arrays PETSc itself uses there:
-        # nothing is copied); any other D (several ranks, matrices built elsewhere) keeps PETSc's products
-        self.fused = False
+        self.onepass = None    # the compiled one-pass product for D (:class:`_OnePass`), None: PETSc's products
         self.nmult = 0
 
     def set(self, D, blocks):
@@ -117,22 +114,26 @@ class _ContactCtx:
                     v.destroy()
             self.U = D.createVecLeft()
             self.F = D.createVecLeft()
+        self.release()
         self.D = D
         self.blocks = blocks
         self.blocks_T = None
         self._diag = None
-        csr = D.getAttr(CSR_ATTR)     # set by assemble_D on one rank (see operator_jit for what it holds)
-        self.fused = csr is not None and operator_jit.usable(D.getSize()[1], csr[1].dtype)
+        self.onepass = _OnePass.create(D)
+
+    def release(self):
+        """Drop the references to D and what was built from it (the one-pass product's layout and scatters)."""
+        if self.onepass is not None:
+            self.onepass.destroy()
+            self.onepass = None
+        self.D = None
+        self._diag = None
 
     # --- PETSc python-Mat callbacks -----------------------------------------------------------------------------
     def _apply(self, x, y, blocks):
         self.nmult += 1
-        if self.fused:                         # one compiled pass over D, the same bits (solver/operator_jit.py)
-            # D's arrays are looked up at each product, not held: they die with D (assemble_D destroys the previous
-            # D before it builds the next one, and arrays held here would double the peak of that assembly)
-            indptr, cols, vals = self.D.getAttr(CSR_ATTR)
-            operator_jit.body_matvec(indptr, _NO_SPLIT, cols, vals, blocks, x.getArray(readonly=True), y.getArray())
-            y.stateIncrease()
+        if self.onepass is not None:           # one compiled pass over D, the same bits (solver/operator_jit.py)
+            self.onepass.apply(self.D, blocks, x, y)
             return
         self.D.mult(x, self.U)
         u = self.U.getArray(readonly=True).reshape(-1, 6)
@@ -191,6 +192,101 @@ class _ContactCtx:
         self._diag = dv.getArray(readonly=True).copy()
         dv.destroy()
         return self._diag
+
+
+class _OnePass:
+    """The compiled one-pass product ``y = D^T M D x`` (:mod:`relcp_mpi.solver.operator_jit`) for one D.
+
+    It needs one column pattern per body, which assemble_D marks with the attribute ``CSR_ATTR``
+    (contact/constraints.py); any other D keeps PETSc's products.  On one rank the kernel reads D's own CSR arrays
+    (the attribute: PETSc's arrays, looked up at each product and never held, so they die with D).  On several
+    ranks it reads a copy of D's local rows with each body's owned columns first and its ghost columns after
+    (local column numbers: owned ``c - c0``, ghost ``n_owned + k`` for the k-th of the sorted ghost columns), the
+    order in which PETSc's MPIAIJ product sums them (diagonal block, then off-diagonal block); the ghost values of
+    x come in by a forward scatter, the ghost columns' sums go to their owners by a reverse scatter-add, as in
+    PETSc's ``multTranspose``.  Whether to use it is decided together on all ranks (the scatters are
+    collective)."""
+
+    def __init__(self, comm_size):
+        self.parallel = comm_size > 1
+        self.layout = None           # several ranks: (indptr, ndiag, cols, vals) of the reordered local rows
+        self.scatter = None
+        self.xext = self.yext = None     # [owned, ghost] column values: the kernel's x and y
+        self.xg = self.yg = None         # Vecs over the ghost parts of xext / yext (the scatters' ends)
+        self.n_owned = 0
+
+    @classmethod
+    def create(cls, D):
+        """A _OnePass for D, or None when PETSc's products stay (collective on D's communicator)."""
+        csr = D.getAttr(CSR_ATTR)
+        size = D.getComm().getSize()
+        ok = csr is not None and operator_jit.usable(D.getSize()[1], csr[1].dtype if size == 1 else PETSc.IntType)
+        if size > 1:
+            ok = not any_rank(D.getComm(), not ok)
+        if not ok:
+            return None
+        op = cls(size)
+        if op.parallel:
+            op._build(D)
+        return op
+
+    def _build(self, D):
+        indptr, cols, vals = D.getValuesCSR()       # local rows, global columns (ascending in each row)
+        c0, c1 = D.getOwnershipRangeColumn()
+        self.n_owned = c1 - c0
+        indptr = np.asarray(indptr, dtype=np.int64)
+        nb = (indptr.size - 1) // 6
+        r0 = indptr[0:-1:6]
+        n = indptr[1::6] - r0                       # columns per body
+        body = np.repeat(np.arange(nb), n)          # row-0 entries of each body, in order
+        pos = r0[body] + np.arange(body.size) - np.repeat(np.cumsum(n) - n, n)
+        gcol = cols[pos]
+        ghost = (gcol < c0) | (gcol >= c1)
+        order = np.argsort(2 * body + ghost, kind="stable")      # within each body: owned, then ghost
+        step = n[body]
+        newvals = np.empty_like(vals)
+        for k in range(6):
+            newvals[pos + k * step] = vals[pos[order] + k * step]
+        del vals
+        gcol = gcol[order]
+        ghost = ghost[order]
+        gl = np.unique(gcol[ghost])                 # the ghost columns, ascending (PETSc's garray order)
+        lcol = np.where(ghost, self.n_owned + np.searchsorted(gl, gcol), gcol - c0).astype(PETSc.IntType)
+        newcols = np.empty(cols.size, PETSc.IntType)
+        for k in range(6):
+            newcols[pos + k * step] = lcol
+        ndiag = np.bincount(body[~ghost], minlength=nb).astype(np.int64)
+        self.layout = (indptr.astype(PETSc.IntType), ndiag, newcols, newvals)
+        self.xext = np.zeros(self.n_owned + gl.size)
+        self.yext = np.zeros(self.n_owned + gl.size)
+        self.xg = PETSc.Vec().createWithArray(self.xext[self.n_owned:], comm=PETSc.COMM_SELF)
+        self.yg = PETSc.Vec().createWithArray(self.yext[self.n_owned:], comm=PETSc.COMM_SELF)
+        template = D.createVecRight()
+        index = PETSc.IS().createGeneral(gl.astype(PETSc.IntType), comm=PETSc.COMM_SELF)
+        self.scatter = PETSc.Scatter().create(template, index, self.xg, None)
+        index.destroy()
+        template.destroy()
+
+    def apply(self, D, blocks, x, y):
+        if not self.parallel:
+            indptr, cols, vals = D.getAttr(CSR_ATTR)
+            operator_jit.body_matvec(indptr, _NO_SPLIT, cols, vals, blocks, x.getArray(readonly=True), y.getArray())
+            y.stateIncrease()
+            return
+        self.scatter.scatter(x, self.xg, PETSc.InsertMode.INSERT_VALUES, PETSc.ScatterMode.FORWARD)
+        self.xext[:self.n_owned] = x.getArray(readonly=True)
+        operator_jit.body_matvec(*self.layout, blocks, self.xext, self.yext)
+        y.getArray()[:] = self.yext[:self.n_owned]
+        y.stateIncrease()
+        self.yg.stateIncrease()
+        self.scatter.scatter(self.yg, y, PETSc.InsertMode.ADD_VALUES, PETSc.ScatterMode.REVERSE)
+
+    def destroy(self):
+        for o in (self.scatter, self.xg, self.yg):
+            if o is not None:
+                o.destroy()
+        self.scatter = self.xg = self.yg = None
+        self.layout = self.xext = self.yext = None
 
 
 def _body_column_index(indptr, cols):
@@ -281,6 +377,11 @@ class ContactOperator(PETSc.Mat):
         else:
             self._ctx.set(D, blocks)
         return self
+
+    def release(self):
+        """Drop D and what was built from it until the next :meth:`update` (the stepper calls it before it
+        assembles the next D, so that the two are not held together)."""
+        self._ctx.release()
 
     @property
     def D(self):

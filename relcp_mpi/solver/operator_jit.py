@@ -13,10 +13,10 @@ and its 6 x n values once, while they are in cache, for both products: about a t
 
 Why the bits are the same (a contract checked by tests/test_operator_jit.py against PETSc):
 
-* ``u = D x`` row by row as PETSc's SeqAIJ inode kernel sums it: terms added to the running sum in pairs,
-  ``s += (v_t x_t + v_{t+1} x_{t+1})``, the last term alone when the row length is odd; on several ranks the
-  owned columns first, then the ghost columns continuing the same sum (MPIAIJ: diagonal block, then
-  ``multAdd`` of the off-diagonal block), the pairing restarting at the ghost columns;
+* ``u = D x`` row by row as PETSc sums it: the owned columns as its SeqAIJ inode kernel does, terms added to
+  the running sum in pairs, ``s += (v_t x_t + v_{t+1} x_{t+1})``, the last term alone when their number is odd;
+  on several ranks then the ghost columns one term at a time, continuing the same sum (MPIAIJ: diagonal block,
+  then ``multAdd`` of the off-diagonal block, which PETSc keeps without inodes);
 * ``f = M_b u`` as numpy's ``einsum("bij,bj->bi")`` sums a row of 6: ``((m0 u0 + m2 u2) + m4 u4) +
   ((m1 u1 + m3 u3) + m5 u5)``;
 * ``y = D^T f`` accumulated per column in the order of D's rows (bodies in order, their six dof rows in order),
@@ -62,33 +62,36 @@ def _body_matvec(indptr, ndiag, cols, vals, blocks, x, y):
         u3 = 0.0
         u4 = 0.0
         u5 = 0.0
-        for lo, hi in ((0, nd), (nd, n)):        # owned columns, then ghost columns: each summed in pairs
-            t = lo
-            while t + 1 < hi:
-                p = r0 + t
-                xa = x[cols[p]]
-                xb = x[cols[p + 1]]
-                u0 += vals[p] * xa + vals[p + 1] * xb
-                p += n
-                u1 += vals[p] * xa + vals[p + 1] * xb
-                p += n
-                u2 += vals[p] * xa + vals[p + 1] * xb
-                p += n
-                u3 += vals[p] * xa + vals[p + 1] * xb
-                p += n
-                u4 += vals[p] * xa + vals[p + 1] * xb
-                p += n
-                u5 += vals[p] * xa + vals[p + 1] * xb
-                t += 2
-            if t < hi:
-                p = r0 + t
-                xa = x[cols[p]]
-                u0 += vals[p] * xa
-                u1 += vals[p + n] * xa
-                u2 += vals[p + 2 * n] * xa
-                u3 += vals[p + 3 * n] * xa
-                u4 += vals[p + 4 * n] * xa
-                u5 += vals[p + 5 * n] * xa
+        # owned columns: added in pairs, as PETSc's SeqAIJ inode kernel sums a row of the (diagonal) block
+        t = 0
+        while t + 1 < nd:
+            p = r0 + t
+            xa = x[cols[p]]
+            xb = x[cols[p + 1]]
+            u0 += vals[p] * xa + vals[p + 1] * xb
+            p += n
+            u1 += vals[p] * xa + vals[p + 1] * xb
+            p += n
+            u2 += vals[p] * xa + vals[p + 1] * xb
+            p += n
+            u3 += vals[p] * xa + vals[p + 1] * xb
+            p += n
+            u4 += vals[p] * xa + vals[p + 1] * xb
+            p += n
+            u5 += vals[p] * xa + vals[p + 1] * xb
+            t += 2
+        # the odd owned column, then the ghost columns one at a time, continuing the sums (MPIAIJ's off-diagonal
+        # block has no inodes: its multAdd adds term by term)
+        while t < n:
+            p = r0 + t
+            xa = x[cols[p]]
+            u0 += vals[p] * xa
+            u1 += vals[p + n] * xa
+            u2 += vals[p + 2 * n] * xa
+            u3 += vals[p + 3 * n] * xa
+            u4 += vals[p + 4 * n] * xa
+            u5 += vals[p + 5 * n] * xa
+            t += 1
         m = blocks[b]
         f0 = ((m[0, 0] * u0 + m[0, 2] * u2) + m[0, 4] * u4) + ((m[0, 1] * u1 + m[0, 3] * u3) + m[0, 5] * u5)
         f1 = ((m[1, 0] * u0 + m[1, 2] * u2) + m[1, 4] * u4) + ((m[1, 1] * u1 + m[1, 3] * u3) + m[1, 5] * u5)

@@ -373,6 +373,8 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
         counts = comm.allgather(c)
         col_offset = int(sum(counts[:rank]))
         n_cols = int(sum(counts))
+        if workspace.op is not None:
+            workspace.op.release()                 # the previous D's products: not held through this assembly
         workspace.D = assemble_D(table, inp.row, inp.row_starts, comm, col_offset, n_cols, D=workspace.D)
         D = workspace.D
         Uext_v = _bodyvec(PETSc, D, U_ext)
