@@ -25,6 +25,8 @@ import numpy as np
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))     # the tools' shared helpers
+from study_common import parse_settings  # noqa: E402
 
 
 def run(ckpt, deck_path, carry, steps, comm, extra, paired=False):
@@ -83,7 +85,7 @@ def main():
     ap.add_argument("--deck", default="input_decks/bacterial_colony.yaml")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--settings", default="0,1", help="carry_rows settings to run, in order (0 = off, 1 = on)")
-    ap.add_argument("--set", action="append", default=[], help="extra deck override KEY=YAML (repeatable)")
+    ap.add_argument("--set", action="append", default=[], help="extra deck override section.key=value (repeatable)")
     ap.add_argument("--csv", default=None)
     ap.add_argument("--paired", action="store_true",
                     help="one trajectory with carry_rows on; every step is also run from the same state without "
@@ -91,7 +93,7 @@ def main():
     args = ap.parse_args()
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
-    extra = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
+    extra = parse_settings(args.set)
     allrows = []
     if args.paired:
         args.settings = "1"

@@ -9,6 +9,23 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def parse_settings(settings):
+    """``["section.key=value", ...]`` -> ``{"section.key": value}`` (the value a number, else parsed as YAML), the
+    changes :func:`relcp_mpi.config.sections.override` applies and validates."""
+    import yaml
+    changes = {}
+    for item in settings:
+        key, eq, value = item.partition("=")
+        section, dot, name = key.partition(".")
+        if not (section and name and dot and eq):
+            raise SystemExit(f"--set: expected section.key=value, got {item!r}")
+        try:                        # numbers as Python reads them (YAML 1.1 reads 5e-4 as a string)
+            changes[key] = int(value) if value.strip().lstrip("+-").isdigit() else float(value)
+        except ValueError:
+            changes[key] = yaml.safe_load(value)
+    return changes
+
+
 def machine():
     import multiprocessing
     return f"{platform.node()} {platform.machine()} {multiprocessing.cpu_count()} cores, Python {platform.python_version()}"
