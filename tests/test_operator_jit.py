@@ -147,12 +147,15 @@ def test_compiled_operator_is_petsc_bit_for_bit_on_ranks(monkeypatch):
         got, fused = _products(D, blocks, xs)
         assert fused
         if comm.size > 1:                          # the case the scatters exist for: columns owned elsewhere
-            assert comm.allreduce(int(D.getAttr(CSR_ATTR) == ()), op=MPI.SUM) == comm.size
             assert comm.allreduce(_n_ghost_columns(D), op=MPI.SUM) > 0
+            # the operator took assemble_D's arrays over; a second one on the same D reads PETSc's copy
+            assert comm.allreduce(int(D.getAttr(CSR_ATTR) == ()), op=MPI.SUM) == comm.size
+        again, fused = _products(D, blocks, xs)
+        assert fused
         monkeypatch.setenv("RELCP_NUMBA", "0")
         ref, fused = _products(D, blocks, xs)
         monkeypatch.setenv("RELCP_NUMBA", "1")
         assert not fused
-        ok = all(np.array_equal(g, r) for g, r in zip(got, ref))
+        ok = all(np.array_equal(g, r) and np.array_equal(a, r) for g, a, r in zip(got, again, ref))
         assert all(comm.allgather(ok))
         D.destroy()

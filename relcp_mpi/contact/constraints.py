@@ -110,8 +110,9 @@ def match_keys(keys, table_keys, table_values, default=0.0):
 
 
 # the attribute by which assemble_D marks its D as having one column pattern per body (the six dof rows of a body
-# share it), for the solver's compiled operator (solver/operator_jit.py): on one rank it holds D's CSR arrays
-# (indptr, cols, vals), the arrays PETSc uses in place there; on several ranks (PETSc copied them) the empty tuple
+# share it), for the solver's compiled operator (solver/operator_jit.py); it holds D's local CSR arrays (indptr,
+# cols, vals) with global columns: on one rank the arrays PETSc uses in place, on several ranks (where PETSc copied
+# them) the originals, which the operator takes once and replaces by the empty tuple (so they are not held twice)
 CSR_ATTR = "relcp_csr"
 
 
@@ -141,7 +142,7 @@ def assemble_D(table, body_row, row_starts, comm, col_offset, n_cols_global, D=N
     D = PETSc.Mat().createAIJWithArrays(size=((nloc, None), (len(table), n_cols_global)),
                                         csr=(indptr, cols, vals), comm=comm)
     D.assemble()
-    D.setAttr(CSR_ATTR, (indptr, cols, vals) if size == 1 else ())
+    D.setAttr(CSR_ATTR, (indptr, cols, vals))
     return D
 
 

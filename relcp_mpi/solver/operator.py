@@ -200,7 +200,8 @@ class _OnePass:
     It needs one column pattern per body, which assemble_D marks with the attribute ``CSR_ATTR``
     (contact/constraints.py); any other D keeps PETSc's products.  On one rank the kernel reads D's own CSR arrays
     (the attribute: PETSc's arrays, looked up at each product and never held, so they die with D).  On several
-    ranks it reads a copy of D's local rows with each body's owned columns first and its ghost columns after
+    ranks it reads a reordering of D's local rows (built from assemble_D's arrays in the attribute, which it takes
+    over, or from PETSc's copy) with each body's owned columns first and its ghost columns after
     (local column numbers: owned ``c - c0``, ghost ``n_owned + k`` for the k-th of the sorted ghost columns), the
     order in which PETSc's MPIAIJ product sums them (diagonal block, then off-diagonal block); the ghost values of
     x come in by a forward scatter, the ghost columns' sums go to their owners by a reverse scatter-add, as in
@@ -214,13 +215,14 @@ class _OnePass:
         self.xext = self.yext = None     # [owned, ghost] column values: the kernel's x and y
         self.xg = self.yg = None         # Vecs over the ghost parts of xext / yext (the scatters' ends)
         self.n_owned = 0
+        self.kernel = operator_jit.kernel()
 
     @classmethod
     def create(cls, D):
         """A _OnePass for D, or None when PETSc's products stay (collective on D's communicator)."""
         csr = D.getAttr(CSR_ATTR)
         size = D.getComm().getSize()
-        ok = csr is not None and operator_jit.usable(D.getSize()[1], csr[1].dtype if size == 1 else PETSc.IntType)
+        ok = csr is not None and operator_jit.usable(D.getSize()[1], PETSc.IntType if size > 1 else csr[1].dtype)
         if size > 1:
             ok = not any_rank(D.getComm(), not ok)
         if not ok:
@@ -231,7 +233,13 @@ class _OnePass:
         return op
 
     def _build(self, D):
-        indptr, cols, vals = D.getValuesCSR()       # local rows, global columns (ascending in each row)
+        csr = D.getAttr(CSR_ATTR)
+        if len(csr):                                # assemble_D's arrays: taken once, not held beside the layout
+            D.setAttr(CSR_ATTR, ())
+            indptr, cols, vals = csr
+            del csr
+        else:                                       # taken by an earlier operator on this D: PETSc's copy
+            indptr, cols, vals = D.getValuesCSR()   # local rows, global columns (ascending in each row)
         c0, c1 = D.getOwnershipRangeColumn()
         self.n_owned = c1 - c0
         indptr = np.asarray(indptr, dtype=np.int64)
@@ -270,12 +278,12 @@ class _OnePass:
     def apply(self, D, blocks, x, y):
         if not self.parallel:
             indptr, cols, vals = D.getAttr(CSR_ATTR)
-            operator_jit.body_matvec(indptr, _NO_SPLIT, cols, vals, blocks, x.getArray(readonly=True), y.getArray())
+            self.kernel(indptr, _NO_SPLIT, cols, vals, blocks, x.getArray(readonly=True), y.getArray())
             y.stateIncrease()
             return
         self.scatter.scatter(x, self.xg, PETSc.InsertMode.INSERT_VALUES, PETSc.ScatterMode.FORWARD)
         self.xext[:self.n_owned] = x.getArray(readonly=True)
-        operator_jit.body_matvec(*self.layout, blocks, self.xext, self.yext)
+        self.kernel(*self.layout, blocks, self.xext, self.yext)
         y.getArray()[:] = self.yext[:self.n_owned]
         y.stateIncrease()
         self.yg.stateIncrease()

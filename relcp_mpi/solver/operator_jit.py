@@ -112,9 +112,10 @@ def _body_matvec(indptr, ndiag, cols, vals, blocks, x, y):
             y[c] = s
 
 
-def body_matvec(indptr, ndiag, cols, vals, blocks, x, y):
-    """:func:`_body_matvec` through the current compiled backend (callers check :func:`usable` first)."""
-    _compiled()[0](indptr, ndiag, cols, vals, blocks, x, y)
+def kernel():
+    """:func:`_body_matvec` of the current compiled backend (callers check :func:`usable` first and keep it for the
+    operator's life: looking the backend up costs more than a small product)."""
+    return _compiled()[0]
 
 
 def usable(n_columns, index_dtype):
