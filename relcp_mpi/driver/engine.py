@@ -207,8 +207,10 @@ class StepEngine:
         comm = self.comm
         self.params.debug.step = st.step + 1           # label of LCP dumps / failure reports
         # the last step's rows (stresslets) index the bodies as they were before this step's migration: release
-        # them now rather than carry the whole constraint table through the new step (8.5 MiB on n8000c)
+        # them now rather than carry the whole constraint table through the new step (8.5 MiB on n8000c), and
+        # the last D with them (StepWorkspace.release_D)
         self._last_rows = None
+        self.workspace.release_D()
         self._rebalance_if_needed(st)
         if self.has_growth:
             with self.timer.stage("growth"):

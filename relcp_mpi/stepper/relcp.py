@@ -136,6 +136,15 @@ class StepWorkspace:
         self.D = None
         self.op = None
 
+    def release_D(self):
+        """Destroy the last step's D (its CSR arrays: 9.4 MiB on the dense 8,000-rod bed) before the next step:
+        its first assembly replaces it anyway, and held through the migration, the neighbour search and the
+        level-0 geometry it sat under their temporaries.  The operator keeps its shell and work Vecs (freeing
+        those too between steps raised the peak, docs/BENCHMARKS.md)."""
+        if self.D is not None:
+            self.D.destroy()
+            self.D = None
+
     def free(self):
         if self.op is not None:
             self.op.destroy()
@@ -325,34 +334,11 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
         if prm.model == "multisphere":
             _multisphere_level0(inp, prm, X0, Q0, ia, ib, wb, ww, table)
         else:
-            # pairs certified farther apart than the skin (support-function bound) need no kernel and no row
-            # (line of centres first; then the previous normals, looked up only for the survivors)
-            R0 = quaternion.to_matrix(Q0)        # once per body, not per pair
-            close = _screen(inp, X0, Q0, ia, ib, None, prm.skin, R0)
-            ia, ib = ia[close], ib[close]
-            hint0 = _level0_hint(inp, ia, ib)
-            if hint0 is not None:
-                close = _screen(inp, X0, Q0, ia, ib, hint0, prm.skin, R0)
-                ia, ib, hint0 = ia[close], ib[close], hint0[close]
-            geo = _pair_geometry(inp, X0, Q0, ia, ib, prm.geometry_tol, hint=hint0, R=R0)
-            cache.update(ia, ib, geo.normal)
-            wgeo = _wall_geometry(inp, X0, Q0, wb, ww, R0)
-            # rows only for pairs whose smooth surfaces are within the skin (bounding-sphere candidates that are
-            # farther apart cannot touch within the step; the trial check would catch them if they did)
-            near = geo.sep <= prm.skin
-            wnear = wgeo.sep <= prm.skin
-            ia, ib, geo = ia[near], ib[near], _subset(geo, near)
-            wb, ww, wgeo = wb[wnear], ww[wnear], _subset(wgeo, wnear)
-            table.append(**_rows(inp, geo, ia, ib, X0, np.zeros(len(ia), np.int64), np.zeros(len(ia))))
-            if prm.line_contacts and prm.model == "relcp":
-                _line_contact_level0(inp, prm, X0, Q0, ia, ib, geo, wb, ww, wgeo, table, R0)
-            else:
-                table.append(**_rows(inp, wgeo, wb, -1 - ww, X0, np.zeros(len(wb), np.int64), np.zeros(len(wb))))
-            if carry:
-                axial = _carried_rows(inp, prm, X0, R0, ia, ib, geo, table)
+            ia, ib, wb, ww, axial = _snsd_level0(inp, prm, X0, Q0, ia, ib, wb, ww, table, cache, carry)
     # candidate set for the overlap checks: body pairs as (ia, ib), walls as (wb, ww)
     cand_pairs = np.stack([ia, ib], axis=1)
     cand_walls = np.stack([wb, ww], axis=1)
+    del ia, ib, wb, ww
 
     gamma = match_keys(table.keys(), inp.warm_keys, inp.warm_values[:, 0]) if inp.warm_keys is not None \
         else np.zeros(len(table))
@@ -525,6 +511,40 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
                                                                         == 0))))
     return StepResult(x=xt, q=qt, U=U_trial, F=F, table=table, gamma=gamma, diagnostics=diag, hint=hint,
                       carry=carried)
+
+
+def _snsd_level0(inp, prm, X0, Q0, ia, ib, wb, ww, table, cache, carry):
+    """Level-0 rows of the SNSD models at the start configuration (X0, Q0): one row per candidate pair (ia, ib)
+    and wall candidate (wb, ww) whose smooth surfaces are within the skin, plus the line-contact and carried rows
+    (relcp).  Appends to ``table``, records the pairs' normals in ``cache``; returns the pairs and walls kept
+    (ia, ib, wb, ww) and the core parameters ``axial`` (len(table), 2) of the carried rows (contact.carry_rows,
+    else (0, 2)).  A function of its own so that the level's geometry (~80 bytes per pair kept) is released
+    before the assembly and the solves instead of being held through the whole step (peak memory)."""
+    # pairs certified farther apart than the skin (support-function bound) need no kernel and no row
+    # (line of centres first; then the previous normals, looked up only for the survivors)
+    R0 = quaternion.to_matrix(Q0)        # once per body, not per pair
+    close = _screen(inp, X0, Q0, ia, ib, None, prm.skin, R0)
+    ia, ib = ia[close], ib[close]
+    hint0 = _level0_hint(inp, ia, ib)
+    if hint0 is not None:
+        close = _screen(inp, X0, Q0, ia, ib, hint0, prm.skin, R0)
+        ia, ib, hint0 = ia[close], ib[close], hint0[close]
+    geo = _pair_geometry(inp, X0, Q0, ia, ib, prm.geometry_tol, hint=hint0, R=R0)
+    cache.update(ia, ib, geo.normal)
+    wgeo = _wall_geometry(inp, X0, Q0, wb, ww, R0)
+    # rows only for pairs whose smooth surfaces are within the skin (bounding-sphere candidates that are
+    # farther apart cannot touch within the step; the trial check would catch them if they did)
+    near = geo.sep <= prm.skin
+    wnear = wgeo.sep <= prm.skin
+    ia, ib, geo = ia[near], ib[near], _subset(geo, near)
+    wb, ww, wgeo = wb[wnear], ww[wnear], _subset(wgeo, wnear)
+    table.append(**_rows(inp, geo, ia, ib, X0, np.zeros(len(ia), np.int64), np.zeros(len(ia))))
+    if prm.line_contacts and prm.model == "relcp":
+        _line_contact_level0(inp, prm, X0, Q0, ia, ib, geo, wb, ww, wgeo, table, R0)
+    else:
+        table.append(**_rows(inp, wgeo, wb, -1 - ww, X0, np.zeros(len(wb), np.int64), np.zeros(len(wb))))
+    axial = _carried_rows(inp, prm, X0, R0, ia, ib, geo, table) if carry else np.full((0, 2), np.nan)
+    return ia, ib, wb, ww, axial
 
 
 def _multisphere_level0(inp, prm, X, Q, ia, ib, wb, ww, table):
