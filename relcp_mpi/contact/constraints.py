@@ -130,12 +130,30 @@ def assemble_D(table, body_row, row_starts, comm, col_offset, n_cols_global, D=N
     if size > 1:
         body, col, G = _route_halves(body, col, G, np.asarray(row_starts, dtype=np.int64), comm)
     nloc = 6 * (b1 - b0)
-    indptr, cols, vals = _owned_csr(body - b0, col, G, b1 - b0, n_cols_global)
-    del body, col, G
+    # the (local block row, column) code of every 6-vector; body and col are not needed beyond it (peak memory)
+    key = (body - b0) * max(int(n_cols_global), 1) + col
+    del body, col
+    indptr, cols, vals = _owned_csr(key, G, b1 - b0, n_cols_global)
+    del key, G
     D = PETSc.Mat().createAIJWithArrays(size=((nloc, None), (len(table), n_cols_global)),
                                         csr=(indptr, cols, vals), comm=comm)
     D.assemble()
+    if size == 1:        # PETSc stores D in these very arrays: readers need no copy (LOCAL_CSR_ATTR)
+        D.setAttr(LOCAL_CSR_ATTR, (indptr, cols, vals))
     return D
+
+
+# attribute of a D built by assemble_D on one rank: its CSR arrays (indptr, cols, vals), which a sequential AIJ
+# Mat created from arrays of PETSc's own types uses in place; getValuesCSR would copy them (9.4 MiB on the dense
+# 8,000-rod bed, read back by the solver's diag(A) at the first solve of every step, the step's peak)
+LOCAL_CSR_ATTR = "relcp_local_csr"
+
+
+def local_csr(D):
+    """D's local rows as CSR arrays (indptr, cols, vals) in PETSc's types: the arrays D lives in when
+    :func:`assemble_D` built it on one rank (shared, not to be written), else :meth:`getValuesCSR`'s copies."""
+    csr = D.getAttr(LOCAL_CSR_ATTR)
+    return csr if csr is not None else D.getValuesCSR()
 
 
 def _halves(table, body_row, col_offset):
@@ -156,42 +174,56 @@ def _halves(table, body_row, col_offset):
     return body, np.concatenate([col, col[pair]]), G
 
 
-def _owned_csr(body, col, G, nb, ncol):
+def _owned_csr(key, G, nb, ncol):
     """CSR arrays (indptr (6 nb + 1,), columns (e,), values (e,)) in PETSc's IntType / ScalarType of the local
-    rows of D, from 6-vectors G (h, 6) at local block rows ``body`` in [0, nb) and columns ``col`` (h,): dof
-    row 6 b + k holds component k of the 6-vectors of body b, in ascending column order.  Values are
-    normalised with ``+ 0.0`` and 6-vectors at the same (body, column) summed in input order, which is bit for
-    bit the former (row, col, value) triplet construction (``lexsort`` + ``bincount``, turning -0.0 into 0.0).
-    A (body, column) pair repeats only when a constraint's two bodies share a block row (a body paired with its
-    own periodic image, which the pair rule excludes): then the merge below keeps the input order.
+    rows of D, from 6-vectors G (h, 6) with codes ``key`` (h,) int64 = local block row b in [0, nb) times
+    max(ncol, 1) plus column: dof row 6 b + k holds component k of the 6-vectors of body b, in ascending column
+    order.  Values are normalised with ``+ 0.0`` and 6-vectors at the same (body, column) summed in input order,
+    which is bit for bit the former (row, col, value) triplet construction (``lexsort`` + ``bincount``, turning
+    -0.0 into 0.0).  A (body, column) pair repeats only when a constraint's two bodies share a block row (a body
+    paired with its own periodic image, which the pair rule excludes): then the merge below keeps the input
+    order.  ``key`` is sorted in place.
 
-    Temporaries are per 6-vector (h = e / 6), not per entry: the body's six rows are filled component by
-    component from one sort of the 6-vectors by (body, column)."""
+    Temporaries are per 6-vector (h = e / 6), not per entry, and the fill loop reuses two buffers: the body's
+    six rows are filled component by component from one sort of the 6-vectors by (body, column), without a
+    sorted copy of G (at most ~G + the output + 7 h-arrays live; the step's peak is the assembly of D)."""
     PETSc = get_petsc()
-    key = body * max(int(ncol), 1) + col
+    ncol = max(int(ncol), 1)
     order = np.argsort(key, kind="stable")
-    key = key[order]
+    key[:] = key[order]
     new = np.ones(len(key), bool)
     new[1:] = key[1:] != key[:-1]
     if not new.all():                        # repeated (body, column): sum in input order (stable sort)
         first = np.flatnonzero(new)
         G = np.add.reduceat(G[order] + 0.0, first, axis=0)
         key, order = key[first], None
-    body, col = np.divmod(key, max(int(ncol), 1))
-    del key
+    del new
+    col = key % ncol
+    body = key // ncol
     nper = np.bincount(body, minlength=nb)                   # 6-vectors (columns) per body
     start = np.cumsum(nper) - nper                          # first 6-vector of each body
     indptr = np.zeros(6 * nb + 1, PETSc.IntType)
     np.cumsum(np.repeat(nper, 6), out=indptr[1:])
     # entry of 6-vector t (body b, t - start[b]-th of the body) in dof row 6 b + k: 6 start[b] + k nper[b] + t - start[b]
-    base = 5 * start[body] + np.arange(len(body))
+    base = start[body]
+    base *= 5
+    base += np.arange(len(body))
     step = nper[body]
-    cols = np.empty(6 * len(body), PETSc.IntType)
-    vals = np.empty(6 * len(body), PETSc.ScalarType)
+    del body
+    cols = np.empty(6 * len(col), PETSc.IntType)
+    vals = np.empty(6 * len(col), PETSc.ScalarType)
+    idx = np.empty(len(col), np.int64)
+    g = np.empty(len(col)) if order is not None else None
     for k in range(6):                       # one component at a time: no sorted copy of G
-        idx = base + k * step
+        np.multiply(step, k, out=idx)
+        idx += base
         cols[idx] = col
-        vals[idx] = G[:, k] if order is None else G[order, k] + 0.0
+        if order is None:
+            vals[idx] = G[:, k]
+        else:
+            np.take(G[:, k], order, out=g, mode="clip")
+            g += 0.0
+            vals[idx] = g
     return indptr, cols, vals
 
 
