@@ -460,35 +460,24 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
         nbad = comm.allreduce(int(bad_p.sum() + bad_w.sum()))
         min_sep = comm.allreduce(float(min_sep_local), op=_MPI().MIN)
         T.stop("recursion")
-        if nbad == 0 or prm.model != "relcp":
-            break
-        if depth + 1 >= prm.max_depth:
-            raise RecursionDepthError(
-                f"ReLCP recursion reached max_depth={prm.max_depth} with {nbad} pair(s) still overlapping "
-                f"by more than overlap_tol={prm.overlap_tol:g} (deepest {-min_sep:.3e}); reduce dt or raise "
-                f"contact.max_depth")
-        depth += 1
-        # ---- append rows for the offending pairs (geometry at the trial configuration) ------------------
-        level_start = len(table)
-        sub_counts = _next_sub(table, inp.gid[pa[bad_p]], inp.gid[pb[bad_p]], first=N_PAIR_SLOTS)
-        sel = _subset(tgeo, bad_p)
-        table.append(**_rows(inp, sel, pa[bad_p], pb[bad_p], Xt, sub_counts, np.zeros(bad_p.sum())),
-                     level=np.full(int(bad_p.sum()), depth))
-        wsel = _subset(twgeo, bad_w)
-        wb_, ww_ = cw[bad_w, 0], cw[bad_w, 1]
-        sub_w = _next_sub(table, inp.gid[wb_], -1 - ww_, first=N_WALL_SLOTS)
-        table.append(**_rows(inp, wsel, wb_, -1 - ww_, Xt, sub_w, np.zeros(bad_w.sum())),
-                     level=np.full(int(bad_w.sum()), depth))
-        if carry:      # material points of the appended pair rows (wall rows: none, see _carried_rows)
-            pa_, pb_ = pa[bad_p], pb[bad_p]
-            axial = np.concatenate([axial, np.stack([
-                core_parameters(inp.kind, inp.shape, Xt, Rt, pa_, sel.p_i, sel.normal, 1.0),
-                core_parameters(inp.kind, inp.shape, Xt, Rt, pb_, sel.p_j, sel.normal, -1.0)], axis=1),
-                np.full((int(bad_w.sum()), 2), np.nan)])
-        gamma = np.concatenate([gamma, np.zeros(len(table) - level_start)])
+        grow = nbad > 0 and prm.model == "relcp"
+        if grow:
+            if depth + 1 >= prm.max_depth:
+                raise RecursionDepthError(
+                    f"ReLCP recursion reached max_depth={prm.max_depth} with {nbad} pair(s) still overlapping "
+                    f"by more than overlap_tol={prm.overlap_tol:g} (deepest {-min_sep:.3e}); reduce dt or raise "
+                    f"contact.max_depth")
+            depth += 1
+            level_start = len(table)
+            axial = _append_level(inp, table, depth, _subset(tgeo, bad_p), pa[bad_p], pb[bad_p],
+                                  _subset(twgeo, bad_w), cw[bad_w], Xt, Rt, axial if carry else None)
+            gamma = np.concatenate([gamma, np.zeros(len(table) - level_start)])
         # the trial check's arrays (geometry of every checked pair, hints, rotations) are recomputed at the next
-        # level: release them before its assembly and solve instead of holding them through both (peak memory)
-        del tgeo, twgeo, sel, wsel, hint, maybe, pa, pb, bad_p, bad_w, lb, cw, Rt, Xt, Qt, reach, rot, rows_rot
+        # level: release them before its assembly and solve, or before the step's end, instead of holding them
+        # through either (peak memory)
+        del tgeo, twgeo, hint, maybe, pa, pb, bad_p, bad_w, lb, cw, Rt, Xt, Qt, reach, rot, rows_rot
+        if not grow:
+            break
 
     n_global, n_active = comm.allreduce(np.array([len(table), int(np.count_nonzero(gamma > 0))]))
     diag = dict(constraints=int(n_global), active=int(n_active), depth=int(depth), iterations=int(iters_total),
@@ -511,6 +500,24 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
                                                                         == 0))))
     return StepResult(x=xt, q=qt, U=U_trial, F=F, table=table, gamma=gamma, diagnostics=diag, hint=hint,
                       carry=carried)
+
+
+def _append_level(inp, table, depth, sel, pa, pb, wsel, cw, Xt, Rt, axial):
+    """Append the rows of recursion level ``depth``: one per offending pair (pa, pb) with its geometry ``sel``
+    and per offending wall candidate ``cw`` (k, 2: body, wall) with ``wsel``, taken at the trial configuration
+    (positions Xt, rotation matrices Rt).  With contact.carry_rows ``axial`` (the core parameters of the table's
+    rows, (c, 2)) is returned extended by the new rows' (wall rows: none, see _carried_rows); None stays None."""
+    sub_counts = _next_sub(table, inp.gid[pa], inp.gid[pb], first=N_PAIR_SLOTS)
+    table.append(**_rows(inp, sel, pa, pb, Xt, sub_counts, np.zeros(len(pa))), level=np.full(len(pa), depth))
+    wb, ww = cw[:, 0], cw[:, 1]
+    sub_w = _next_sub(table, inp.gid[wb], -1 - ww, first=N_WALL_SLOTS)
+    table.append(**_rows(inp, wsel, wb, -1 - ww, Xt, sub_w, np.zeros(len(wb))), level=np.full(len(wb), depth))
+    if axial is None:
+        return None
+    return np.concatenate([axial, np.stack([
+        core_parameters(inp.kind, inp.shape, Xt, Rt, pa, sel.p_i, sel.normal, 1.0),
+        core_parameters(inp.kind, inp.shape, Xt, Rt, pb, sel.p_j, sel.normal, -1.0)], axis=1),
+        np.full((len(wb), 2), np.nan)])
 
 
 def _snsd_level0(inp, prm, X0, Q0, ia, ib, wb, ww, table, cache, carry):
