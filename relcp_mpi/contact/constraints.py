@@ -28,35 +28,57 @@ _SCAL = ("gap_free", "sep0")
 
 
 class ConstraintTable:
-    """Local constraints as parallel numpy arrays (see module docstring)."""
+    """Local constraints as parallel numpy arrays (see module docstring).
+
+    Appended rows are kept as parts and joined into the columns when a column is first read: a level appends
+    several groups of rows in a row (SNSD, end-point, wall, cap rows), and joining each group at once
+    reallocated the whole table (9 MiB on the dense 8,000-rod bed) per group, each copy larger than the holes the
+    last one left in the heap."""
 
     def __init__(self):
-        for f in _INT:
-            setattr(self, f, np.zeros(0, np.int64))
-        for f in _VEC:
-            setattr(self, f, np.zeros((0, 3)))
-        for f in _SCAL:
-            setattr(self, f, np.zeros(0))
+        self._cols = {f: np.zeros((0, 3) if f in _VEC else 0, np.int64 if f in _INT else np.float64)
+                      for f in _INT + _VEC + _SCAL}
+        self._parts = []            # appended column dicts not yet joined into _cols
+        self._n = 0
 
     def __len__(self):
-        return len(self.ia)
+        return self._n
 
     def append(self, **cols):
         """Append rows; every field but those of ``_OPTIONAL`` must be given, with equal lengths."""
         n = len(np.asarray(cols["ia"]))
+        part = {}
         for f in _INT + _VEC + _SCAL:
             a = np.asarray(cols[f]) if f in cols or f not in _OPTIONAL else np.full(n, _OPTIONAL[f])
-            n = len(a) if n is None else n
             if len(a) != n:
                 raise ValueError(f"constraint column {f} has length {len(a)}, expected {n}")
-            old = getattr(self, f)
-            setattr(self, f, np.concatenate([old, a.astype(old.dtype).reshape((-1,) + old.shape[1:])]))
+            old = self._cols[f]
+            part[f] = a.astype(old.dtype).reshape((-1,) + old.shape[1:])    # a copy: callers may reuse a
+        self._parts.append(part)
+        self._n += n
+
+    def _column(self, f):
+        if self._parts:             # join the pending rows into every column (once per group of appends)
+            parts, self._parts = self._parts, []
+            for g in self._cols:
+                self._cols[g] = np.concatenate([self._cols[g]] + [p[g] for p in parts])
+        return self._cols[f]
+
+    def _set_column(self, f, value):
+        self._column(f)
+        self._cols[f] = value
 
     def keys(self):
         """Structured (gid_i, gid_j, sub) keys for warm-start matching, shape (c,)."""
         k = np.empty(len(self), dtype=[("gid_i", np.int64), ("gid_j", np.int64), ("sub", np.int64)])
         k["gid_i"], k["gid_j"], k["sub"] = self.gid_i, self.gid_j, self.sub
         return k
+
+
+for _f in _INT + _VEC + _SCAL:
+    setattr(ConstraintTable, _f, property(lambda self, f=_f: self._column(f),
+                                          lambda self, value, f=_f: self._set_column(f, value)))
+del _f
 
 
 def lookup_keys(keys, table_keys):
