@@ -4,10 +4,11 @@ Validation (:func:`relcp_mpi.config.deck.validate`) stays where it is and report
 dotted key; this module only turns its normalised mapping (defaults filled) into one frozen dataclass per
 section, so the driver reads ``deck.time.dt`` instead of ``deck["time"]["dt"]``.  Field names are the deck's
 keys (units as in :mod:`relcp_mpi.config.deck`).  The body lists are tuples of :class:`BodySpec` /
-:class:`GeneratorSpec` (``Deck.bodies`` made from the mapping when read, not stored), the event engine's section an :class:`~relcp_mpi.config.events.EventDrivenSection`
-(exact numbers).  ``Deck.raw`` is the whole validated mapping (stored in checkpoints, compared on restart).
-Nothing outside ``config/`` looks keys up in a deck mapping: changes to a deck (command-line overrides, the
-studies' variations) go through :func:`override`, which validates the changed deck again.
+:class:`GeneratorSpec` (``Deck.bodies`` made from the mapping when read, not stored), the event engine's section
+an :class:`~relcp_mpi.config.events.EventDrivenSection` (exact numbers).  ``Deck.raw`` is the whole validated
+mapping (stored in checkpoints, compared on restart).  Nothing outside ``config/`` looks keys up in a deck
+mapping: changes to a deck (command-line overrides, the studies' variations) go through :func:`override`, which
+validates the changed deck again.
 """
 import copy
 import dataclasses
