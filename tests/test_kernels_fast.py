@@ -93,7 +93,8 @@ def test_owned_csr_equals_triplet_lexsort_bincount():
     v = np.bincount(np.cumsum(first) - 1, weights=v)
     r, cc = r[first], cc[first]
     indptr = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=6 * nb))])
-    got = _owned_csr(*_halves(t, body_row, off), nb, off + c)
+    body, col, component = _halves(t, body_row, off)
+    got = _owned_csr(body * (off + c) + col, component, nb, off + c)
     assert np.array_equal(got[0], indptr) and np.array_equal(got[1], cc)
     assert np.array_equal(got[2], v) and np.array_equal(np.signbit(got[2]), np.signbit(v))
 

@@ -28,35 +28,57 @@ _SCAL = ("gap_free", "sep0")
 
 
 class ConstraintTable:
-    """Local constraints as parallel numpy arrays (see module docstring)."""
+    """Local constraints as parallel numpy arrays (see module docstring).
+
+    Appended rows are kept as parts and joined into the columns when a column is first read: a level appends
+    several groups of rows in a row (SNSD, end-point, wall, cap rows), and joining each group at once
+    reallocated the whole table (9 MiB on the dense 8,000-rod bed) per group, each copy larger than the holes the
+    last one left in the heap."""
 
     def __init__(self):
-        for f in _INT:
-            setattr(self, f, np.zeros(0, np.int64))
-        for f in _VEC:
-            setattr(self, f, np.zeros((0, 3)))
-        for f in _SCAL:
-            setattr(self, f, np.zeros(0))
+        self._cols = {f: np.zeros((0, 3) if f in _VEC else 0, np.int64 if f in _INT else np.float64)
+                      for f in _INT + _VEC + _SCAL}
+        self._parts = []            # appended column dicts not yet joined into _cols
+        self._n = 0
 
     def __len__(self):
-        return len(self.ia)
+        return self._n
 
     def append(self, **cols):
         """Append rows; every field but those of ``_OPTIONAL`` must be given, with equal lengths."""
         n = len(np.asarray(cols["ia"]))
+        part = {}
         for f in _INT + _VEC + _SCAL:
             a = np.asarray(cols[f]) if f in cols or f not in _OPTIONAL else np.full(n, _OPTIONAL[f])
-            n = len(a) if n is None else n
             if len(a) != n:
                 raise ValueError(f"constraint column {f} has length {len(a)}, expected {n}")
-            old = getattr(self, f)
-            setattr(self, f, np.concatenate([old, a.astype(old.dtype).reshape((-1,) + old.shape[1:])]))
+            old = self._cols[f]
+            part[f] = a.astype(old.dtype).reshape((-1,) + old.shape[1:])    # a copy: callers may reuse a
+        self._parts.append(part)
+        self._n += n
+
+    def _column(self, f):
+        if self._parts:             # join the pending rows into every column (once per group of appends)
+            parts, self._parts = self._parts, []
+            for g in self._cols:
+                self._cols[g] = np.concatenate([self._cols[g]] + [p[g] for p in parts])
+        return self._cols[f]
+
+    def _set_column(self, f, value):
+        self._column(f)
+        self._cols[f] = value
 
     def keys(self):
         """Structured (gid_i, gid_j, sub) keys for warm-start matching, shape (c,)."""
         k = np.empty(len(self), dtype=[("gid_i", np.int64), ("gid_j", np.int64), ("sub", np.int64)])
         k["gid_i"], k["gid_j"], k["sub"] = self.gid_i, self.gid_j, self.sub
         return k
+
+
+for _f in _INT + _VEC + _SCAL:
+    setattr(ConstraintTable, _f, property(lambda self, f=_f: self._column(f),
+                                          lambda self, value, f=_f: self._set_column(f, value)))
+del _f
 
 
 def lookup_keys(keys, table_keys):
@@ -131,14 +153,17 @@ def assemble_D(table, body_row, row_starts, comm, col_offset, n_cols_global, D=N
     PETSc = get_petsc()
     if D is not None:
         D.destroy()
-    body, col, G = _halves(table, body_row, col_offset)
+    body, col, component = _halves(table, body_row, col_offset)
     rank, size = comm.rank, comm.size
     b0, b1 = int(row_starts[rank]), int(row_starts[rank + 1])
     if size > 1:
-        body, col, G = _route_halves(body, col, G, np.asarray(row_starts, dtype=np.int64), comm)
+        body, col, component = _route_halves(body, col, component, np.asarray(row_starts, dtype=np.int64), comm)
     nloc = 6 * (b1 - b0)
-    indptr, cols, vals = _owned_csr(body - b0, col, G, b1 - b0, n_cols_global)
-    del body, col, G
+    # the (local block row, column) code of every 6-vector; body and col are not needed beyond it (peak memory)
+    key = (body - b0) * max(int(n_cols_global), 1) + col
+    del body, col
+    indptr, cols, vals = _owned_csr(key, component, b1 - b0, n_cols_global)
+    del key, component
     D = PETSc.Mat().createAIJWithArrays(size=((nloc, None), (len(table), n_cols_global)),
                                         csr=(indptr, cols, vals), comm=comm)
     D.assemble()
@@ -146,69 +171,106 @@ def assemble_D(table, body_row, row_starts, comm, col_offset, n_cols_global, D=N
     return D
 
 
+def local_csr(D):
+    """D's local rows as CSR arrays (indptr, cols, vals) in PETSc's types, global columns: the arrays of the
+    attribute ``CSR_ATTR`` while it holds them (on one rank the arrays D lives in: shared, not to be written;
+    getValuesCSR would copy them, 9.4 MiB on the dense 8,000-rod bed), else :meth:`getValuesCSR`'s copies."""
+    csr = D.getAttr(CSR_ATTR)
+    return csr if csr else D.getValuesCSR()
+
+
 def _halves(table, body_row, col_offset):
     """The D entries of the local constraints as one 6-vector per (constraint, body): ``(body (h,) int64 global
-    block rows, col (h,) int64 global columns, G (h, 6))``, body i's 6-vectors of all rows first, then body j's
-    (walls have none), ``G = [n, r_i x n]`` for body i and ``-[n, r_j x n]`` for body j (row-wise arithmetic),
-    written straight into G (no per-body copies).  The one place D's entries are formed."""
+    block rows, col (h,) int64 global columns, component)``, body i's 6-vectors of all rows first, then body j's
+    (walls have none), ``[n, r_i x n]`` for body i and ``-[n, r_j x n]`` for body j, where ``component(k)`` is
+    the (h,) array of component k of the 6-vectors, computed when asked for: the CSR is filled one component at
+    a time, and all 6-vectors at once took 48 bytes per half (6 MiB on the dense 8,000-rod bed, at the assembly
+    that set the step's peak).  The cross product is written out as ``np.cross`` computes it (a_p b_q - a_q b_p,
+    two products and a difference), so the bits are np.cross's.  The one place D's entries are formed."""
     c = len(table)
     pair = np.flatnonzero(table.ib >= 0)
-    G = np.empty((c + len(pair), 6))
-    G[:c, :3] = table.normal
-    G[:c, 3:] = np.cross(table.r_i, table.normal)
-    n = table.normal[pair]
-    np.negative(n, out=G[c:, :3])
-    np.negative(np.cross(table.r_j[pair], n), out=G[c:, 3:])
+    n, r_i, r_j = table.normal, table.r_i, table.r_j
+
+    def component(k):
+        out = np.empty(c + len(pair))
+        if k < 3:
+            out[:c] = n[:, k]
+            np.negative(n[pair, k], out=out[c:])
+        else:
+            p, q = ((1, 2), (2, 0), (0, 1))[k - 3]             # (r x n)_{k-3} = r_p n_q - r_q n_p
+            np.subtract(r_i[:, p] * n[:, q], r_i[:, q] * n[:, p], out=out[:c])
+            np.negative(r_j[pair, p] * n[pair, q] - r_j[pair, q] * n[pair, p], out=out[c:])
+        return out
+
     col = col_offset + np.arange(c, dtype=np.int64)
     body = np.concatenate([body_row[table.ia], body_row[table.ib[pair]]]).astype(np.int64, copy=False)
-    return body, np.concatenate([col, col[pair]]), G
+    return body, np.concatenate([col, col[pair]]), component
 
 
-def _owned_csr(body, col, G, nb, ncol):
+def _owned_csr(key, component, nb, ncol):
     """CSR arrays (indptr (6 nb + 1,), columns (e,), values (e,)) in PETSc's IntType / ScalarType of the local
-    rows of D, from 6-vectors G (h, 6) at local block rows ``body`` in [0, nb) and columns ``col`` (h,): dof
-    row 6 b + k holds component k of the 6-vectors of body b, in ascending column order.  Values are
-    normalised with ``+ 0.0`` and 6-vectors at the same (body, column) summed in input order, which is bit for
-    bit the former (row, col, value) triplet construction (``lexsort`` + ``bincount``, turning -0.0 into 0.0).
-    A (body, column) pair repeats only when a constraint's two bodies share a block row (a body paired with its
-    own periodic image, which the pair rule excludes): then the merge below keeps the input order.
+    rows of D, from h 6-vectors given by their codes ``key`` (h,) int64 = local block row b in [0, nb) times
+    max(ncol, 1) plus column, and ``component(k)``, the (h,) array of their components k (see :func:`_halves`):
+    dof row 6 b + k holds component k of the 6-vectors of body b, in ascending column order.  Values are
+    normalised with ``+ 0.0`` and 6-vectors at the same (body, column) summed in input order, which is bit for bit
+    the former (row, col, value) triplet construction (``lexsort`` + ``bincount``, turning -0.0 into 0.0).  A
+    (body, column) pair repeats only when a constraint's two bodies share a block row (a body paired with its own
+    periodic image, which the pair rule excludes): then the merge below keeps the input order.  ``key`` is
+    sorted in place.
 
-    Temporaries are per 6-vector (h = e / 6), not per entry: the body's six rows are filled component by
-    component from one sort of the 6-vectors by (body, column)."""
+    Temporaries are per 6-vector (h = e / 6), not per entry, and there is no (h, 6) array: the six dof rows of a
+    body are filled one component at a time from one sort of the 6-vectors by (body, column) (the output and
+    ~7 h-arrays live; this assembly is the step's peak)."""
     PETSc = get_petsc()
-    key = body * max(int(ncol), 1) + col
+    ncol = max(int(ncol), 1)
     order = np.argsort(key, kind="stable")
-    key = key[order]
+    key[:] = key[order]
     new = np.ones(len(key), bool)
     new[1:] = key[1:] != key[:-1]
     if not new.all():                        # repeated (body, column): sum in input order (stable sort)
         first = np.flatnonzero(new)
-        G = np.add.reduceat(G[order] + 0.0, first, axis=0)
-        key, order = key[first], None
-    body, col = np.divmod(key, max(int(ncol), 1))
-    del key
+        merged = [np.add.reduceat(component(k)[order] + 0.0, first) for k in range(6)]
+        component, key, order = merged.__getitem__, key[first], None
+    del new
+    col = key % ncol
+    body = key // ncol
     nper = np.bincount(body, minlength=nb)                   # 6-vectors (columns) per body
     start = np.cumsum(nper) - nper                          # first 6-vector of each body
     indptr = np.zeros(6 * nb + 1, PETSc.IntType)
     np.cumsum(np.repeat(nper, 6), out=indptr[1:])
     # entry of 6-vector t (body b, t - start[b]-th of the body) in dof row 6 b + k: 6 start[b] + k nper[b] + t - start[b]
-    base = 5 * start[body] + np.arange(len(body))
+    base = start[body]
+    base *= 5
+    base += np.arange(len(body))
     step = nper[body]
-    cols = np.empty(6 * len(body), PETSc.IntType)
-    vals = np.empty(6 * len(body), PETSc.ScalarType)
-    for k in range(6):                       # one component at a time: no sorted copy of G
-        idx = base + k * step
+    del body
+    cols = np.empty(6 * len(col), PETSc.IntType)
+    vals = np.empty(6 * len(col), PETSc.ScalarType)
+    idx = np.empty(len(col), np.int64)
+    for k in range(6):                       # one component at a time
+        np.multiply(step, k, out=idx)
+        idx += base
         cols[idx] = col
-        vals[idx] = G[:, k] if order is None else G[order, k] + 0.0
+        g = component(k)
+        if order is not None:
+            g = g[order]
+            g += 0.0
+        vals[idx] = g
+        del g
     return indptr, cols, vals
 
 
-def _route_halves(body, col, G, row_starts, comm):
-    """Send each 6-vector to the rank owning its body's block row; returns the rank's own and received ones."""
+def _route_halves(body, col, component, row_starts, comm):
+    """Send each 6-vector to the rank owning its body's block row; returns the rank's own and received ones as
+    ``(body, col, component)`` like :func:`_halves`."""
     dest = np.searchsorted(row_starts, body, side="right") - 1
     mine = dest == comm.rank
     away = ~mine
-    got = exchange_rows(np.column_stack([body[away].astype(np.float64), col[away].astype(np.float64), G[away]]),
-                        dest[away], comm)
+    got = exchange_rows(np.column_stack([body[away].astype(np.float64), col[away].astype(np.float64)]
+                                        + [component(k)[away] for k in range(6)]), dest[away], comm)
+
+    def routed(k):
+        return np.concatenate([component(k)[mine], got[:, 2 + k]])
+
     return (np.concatenate([body[mine], got[:, 0].astype(np.int64)]),
-            np.concatenate([col[mine], got[:, 1].astype(np.int64)]), np.concatenate([G[mine], got[:, 2:]]))
+            np.concatenate([col[mine], got[:, 1].astype(np.int64)]), routed)

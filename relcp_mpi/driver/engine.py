@@ -207,8 +207,10 @@ class StepEngine:
         comm = self.comm
         self.params.debug.step = st.step + 1           # label of LCP dumps / failure reports
         # the last step's rows (stresslets) index the bodies as they were before this step's migration: release
-        # them now rather than carry the whole constraint table through the new step (8.5 MiB on n8000c)
+        # them now rather than carry the whole constraint table through the new step (8.5 MiB on n8000c), and
+        # the last D with them (StepWorkspace.release_D)
         self._last_rows = None
+        self.workspace.release_D()
         self._rebalance_if_needed(st)
         if self.has_growth:
             with self.timer.stage("growth"):
@@ -251,12 +253,14 @@ class StepEngine:
         self._last_rows = (res.table, res.gamma, n, inp.row, st.row_starts)
         own = res.table.ia[res.table.ia < len(b)]
         st.work = 1.0 + np.bincount(own, minlength=len(b))
+        # collision stress of the step (virial of the constraint forces; one allreduce of 9 numbers), before the
+        # new warm-start table is built: while that is built the old one is still held (by inp too)
+        stress = step_stress_diagnostics(res.table, res.gamma, inp.x0, self.box.lengths, comm)
         st.warm = res.warm_table()
         st.step += 1
         st.time += dt
         diag = dict(res.diagnostics)
-        # collision stress of the step (virial of the constraint forces; one allreduce of 9 numbers)
-        diag.update(step_stress_diagnostics(res.table, res.gamma, inp.x0, self.box.lengths, comm))
+        diag.update(stress)
         if st.imbalance is not None:
             diag["imbalance"] = st.imbalance      # measured at the last rebalance check
         if self.box.shear is not None:

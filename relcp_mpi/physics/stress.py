@@ -69,9 +69,14 @@ def constraint_virial(ia, ib, normal, r_i, sep0, gamma, x):
     if len(ia) == 0:
         return np.zeros((3, 3))
     normal = np.asarray(normal, dtype=np.float64).reshape(-1, 3)
-    wall = ib < 0
-    lever = np.where(wall[:, None], np.asarray(sep0, float)[:, None] * normal - np.asarray(r_i, float),
-                     x[ia] - x[np.where(wall, 0, ib)])
+    wall = np.flatnonzero(ib < 0)
+    pair = np.flatnonzero(ib >= 0)
+    # levers filled in place, pair rows x_i - x_j and wall rows sep0 n - r_i (the same numbers as one np.where
+    # of both expressions over all rows, without its five (c, 3) temporaries: this ran at the end of every step,
+    # next to the step's result)
+    lever = x[ia]
+    lever[pair] -= x[ib[pair]]
+    lever[wall] = np.asarray(sep0, float)[wall, None] * normal[wall] - np.asarray(r_i, float).reshape(-1, 3)[wall]
     f = np.asarray(gamma, dtype=np.float64)[:, None] * normal
     return lever.T @ f
 

@@ -18,7 +18,7 @@ import weakref
 
 import numpy as np
 
-from relcp_mpi.contact.constraints import CSR_ATTR
+from relcp_mpi.contact.constraints import CSR_ATTR, local_csr
 from relcp_mpi.petsc import get_petsc
 from relcp_mpi.solver import operator_jit
 
@@ -165,7 +165,7 @@ class _ContactCtx:
         while each column gets its contributions in the same order as in one pass."""
         if self._diag is not None:
             return self._diag
-        indptr, cols, vals = self.D.getValuesCSR()
+        indptr, cols, vals = local_csr(self.D)
         index = _body_column_index(indptr, cols)
         if index is None:                     # not one column pattern per body: the general path
             ub, uc, dbc = _body_column_blocks(indptr, cols, vals, self.D.getSize()[1])

@@ -136,6 +136,18 @@ class StepWorkspace:
         self.D = None
         self.op = None
 
+    def release_D(self):
+        """Destroy the last step's D (its CSR arrays: 9.4 MiB on the dense 8,000-rod bed) before the next step:
+        its first assembly replaces it anyway, and held through the migration, the neighbour search and the
+        level-0 geometry it sat under their temporaries.  The operator drops what it built from D (on several ranks
+        the one-pass product's reordered rows) but keeps its shell and work Vecs (freeing those too between steps
+        raised the peak, docs/BENCHMARKS.md)."""
+        if self.op is not None:
+            self.op.release()
+        if self.D is not None:
+            self.D.destroy()
+            self.D = None
+
     def free(self):
         if self.op is not None:
             self.op.destroy()
@@ -209,18 +221,28 @@ class _HintCache:
     def get(self, ia, ib):
         """(m, 3) latest normals of pairs (ia, ib), NaN rows for pairs never evaluated this step."""
         out = np.full((len(ia), 3), np.nan)
-        idx = lookup_keys(ia.astype(np.int64) * self.base + ib, self.keys)
-        hit = idx >= 0
-        out[hit] = self.normals[idx[hit]]
+        if len(self.keys) == 0:
+            return out
+        k = ia.astype(np.int64) * self.base + ib
+        # the keys are sorted and unique (np.unique in update): a search, no sorted copy (lookup_keys would sort)
+        pos = np.minimum(np.searchsorted(self.keys, k), len(self.keys) - 1)
+        hit = self.keys[pos] == k
+        out[hit] = self.normals[pos[hit]]
         return out
 
     def update(self, ia, ib, normals):
         if len(ia) == 0:
             return
         k = np.concatenate([ia.astype(np.int64) * self.base + ib, self.keys])
-        nn = np.concatenate([normals, self.normals])
         u, first = np.unique(k, return_index=True)      # new values first: they win
-        self.keys, self.normals = u, nn[first]
+        del k
+        # the normals of the kept entries gathered from the new and the old ones directly, without concatenating
+        # both first (the trial checks' update was the step's peak: ~100k normals of an 8,000-rod bed)
+        old = first >= len(ia)
+        nn = np.empty((len(u), 3))
+        nn[~old] = normals[first[~old]]
+        nn[old] = self.normals[first[old] - len(ia)]
+        self.keys, self.normals = u, nn
 
 
 def _screen(inp, X, Q, ia, ib, hint, threshold, R=None):
@@ -325,34 +347,11 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
         if prm.model == "multisphere":
             _multisphere_level0(inp, prm, X0, Q0, ia, ib, wb, ww, table)
         else:
-            # pairs certified farther apart than the skin (support-function bound) need no kernel and no row
-            # (line of centres first; then the previous normals, looked up only for the survivors)
-            R0 = quaternion.to_matrix(Q0)        # once per body, not per pair
-            close = _screen(inp, X0, Q0, ia, ib, None, prm.skin, R0)
-            ia, ib = ia[close], ib[close]
-            hint0 = _level0_hint(inp, ia, ib)
-            if hint0 is not None:
-                close = _screen(inp, X0, Q0, ia, ib, hint0, prm.skin, R0)
-                ia, ib, hint0 = ia[close], ib[close], hint0[close]
-            geo = _pair_geometry(inp, X0, Q0, ia, ib, prm.geometry_tol, hint=hint0, R=R0)
-            cache.update(ia, ib, geo.normal)
-            wgeo = _wall_geometry(inp, X0, Q0, wb, ww, R0)
-            # rows only for pairs whose smooth surfaces are within the skin (bounding-sphere candidates that are
-            # farther apart cannot touch within the step; the trial check would catch them if they did)
-            near = geo.sep <= prm.skin
-            wnear = wgeo.sep <= prm.skin
-            ia, ib, geo = ia[near], ib[near], _subset(geo, near)
-            wb, ww, wgeo = wb[wnear], ww[wnear], _subset(wgeo, wnear)
-            table.append(**_rows(inp, geo, ia, ib, X0, np.zeros(len(ia), np.int64), np.zeros(len(ia))))
-            if prm.line_contacts and prm.model == "relcp":
-                _line_contact_level0(inp, prm, X0, Q0, ia, ib, geo, wb, ww, wgeo, table, R0)
-            else:
-                table.append(**_rows(inp, wgeo, wb, -1 - ww, X0, np.zeros(len(wb), np.int64), np.zeros(len(wb))))
-            if carry:
-                axial = _carried_rows(inp, prm, X0, R0, ia, ib, geo, table)
+            ia, ib, wb, ww, axial = _snsd_level0(inp, prm, X0, Q0, ia, ib, wb, ww, table, cache, carry)
     # candidate set for the overlap checks: body pairs as (ia, ib), walls as (wb, ww)
     cand_pairs = np.stack([ia, ib], axis=1)
     cand_walls = np.stack([wb, ww], axis=1)
+    del ia, ib, wb, ww
 
     gamma = match_keys(table.keys(), inp.warm_keys, inp.warm_values[:, 0]) if inp.warm_keys is not None \
         else np.zeros(len(table))
@@ -476,35 +475,24 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
         nbad = comm.allreduce(int(bad_p.sum() + bad_w.sum()))
         min_sep = comm.allreduce(float(min_sep_local), op=_MPI().MIN)
         T.stop("recursion")
-        if nbad == 0 or prm.model != "relcp":
-            break
-        if depth + 1 >= prm.max_depth:
-            raise RecursionDepthError(
-                f"ReLCP recursion reached max_depth={prm.max_depth} with {nbad} pair(s) still overlapping "
-                f"by more than overlap_tol={prm.overlap_tol:g} (deepest {-min_sep:.3e}); reduce dt or raise "
-                f"contact.max_depth")
-        depth += 1
-        # ---- append rows for the offending pairs (geometry at the trial configuration) ------------------
-        level_start = len(table)
-        sub_counts = _next_sub(table, inp.gid[pa[bad_p]], inp.gid[pb[bad_p]], first=N_PAIR_SLOTS)
-        sel = _subset(tgeo, bad_p)
-        table.append(**_rows(inp, sel, pa[bad_p], pb[bad_p], Xt, sub_counts, np.zeros(bad_p.sum())),
-                     level=np.full(int(bad_p.sum()), depth))
-        wsel = _subset(twgeo, bad_w)
-        wb_, ww_ = cw[bad_w, 0], cw[bad_w, 1]
-        sub_w = _next_sub(table, inp.gid[wb_], -1 - ww_, first=N_WALL_SLOTS)
-        table.append(**_rows(inp, wsel, wb_, -1 - ww_, Xt, sub_w, np.zeros(bad_w.sum())),
-                     level=np.full(int(bad_w.sum()), depth))
-        if carry:      # material points of the appended pair rows (wall rows: none, see _carried_rows)
-            pa_, pb_ = pa[bad_p], pb[bad_p]
-            axial = np.concatenate([axial, np.stack([
-                core_parameters(inp.kind, inp.shape, Xt, Rt, pa_, sel.p_i, sel.normal, 1.0),
-                core_parameters(inp.kind, inp.shape, Xt, Rt, pb_, sel.p_j, sel.normal, -1.0)], axis=1),
-                np.full((int(bad_w.sum()), 2), np.nan)])
-        gamma = np.concatenate([gamma, np.zeros(len(table) - level_start)])
+        grow = nbad > 0 and prm.model == "relcp"
+        if grow:
+            if depth + 1 >= prm.max_depth:
+                raise RecursionDepthError(
+                    f"ReLCP recursion reached max_depth={prm.max_depth} with {nbad} pair(s) still overlapping "
+                    f"by more than overlap_tol={prm.overlap_tol:g} (deepest {-min_sep:.3e}); reduce dt or raise "
+                    f"contact.max_depth")
+            depth += 1
+            level_start = len(table)
+            axial = _append_level(inp, table, depth, _subset(tgeo, bad_p), pa[bad_p], pb[bad_p],
+                                  _subset(twgeo, bad_w), cw[bad_w], Xt, Rt, axial if carry else None)
+            gamma = np.concatenate([gamma, np.zeros(len(table) - level_start)])
         # the trial check's arrays (geometry of every checked pair, hints, rotations) are recomputed at the next
-        # level: release them before its assembly and solve instead of holding them through both (peak memory)
-        del tgeo, twgeo, sel, wsel, hint, maybe, pa, pb, bad_p, bad_w, lb, cw, Rt, Xt, Qt, reach, rot, rows_rot
+        # level: release them before its assembly and solve, or before the step's end, instead of holding them
+        # through either (peak memory)
+        del tgeo, twgeo, hint, maybe, pa, pb, bad_p, bad_w, lb, cw, Rt, Xt, Qt, reach, rot, rows_rot
+        if not grow:
+            break
 
     n_global, n_active = comm.allreduce(np.array([len(table), int(np.count_nonzero(gamma > 0))]))
     diag = dict(constraints=int(n_global), active=int(n_active), depth=int(depth), iterations=int(iters_total),
@@ -527,6 +515,58 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
                                                                         == 0))))
     return StepResult(x=xt, q=qt, U=U_trial, F=F, table=table, gamma=gamma, diagnostics=diag, hint=hint,
                       carry=carried)
+
+
+def _append_level(inp, table, depth, sel, pa, pb, wsel, cw, Xt, Rt, axial):
+    """Append the rows of recursion level ``depth``: one per offending pair (pa, pb) with its geometry ``sel``
+    and per offending wall candidate ``cw`` (k, 2: body, wall) with ``wsel``, taken at the trial configuration
+    (positions Xt, rotation matrices Rt).  With contact.carry_rows ``axial`` (the core parameters of the table's
+    rows, (c, 2)) is returned extended by the new rows' (wall rows: none, see _carried_rows); None stays None."""
+    sub_counts = _next_sub(table, inp.gid[pa], inp.gid[pb], first=N_PAIR_SLOTS)
+    table.append(**_rows(inp, sel, pa, pb, Xt, sub_counts, np.zeros(len(pa))), level=np.full(len(pa), depth))
+    wb, ww = cw[:, 0], cw[:, 1]
+    sub_w = _next_sub(table, inp.gid[wb], -1 - ww, first=N_WALL_SLOTS)
+    table.append(**_rows(inp, wsel, wb, -1 - ww, Xt, sub_w, np.zeros(len(wb))), level=np.full(len(wb), depth))
+    if axial is None:
+        return None
+    return np.concatenate([axial, np.stack([
+        core_parameters(inp.kind, inp.shape, Xt, Rt, pa, sel.p_i, sel.normal, 1.0),
+        core_parameters(inp.kind, inp.shape, Xt, Rt, pb, sel.p_j, sel.normal, -1.0)], axis=1),
+        np.full((len(wb), 2), np.nan)])
+
+
+def _snsd_level0(inp, prm, X0, Q0, ia, ib, wb, ww, table, cache, carry):
+    """Level-0 rows of the SNSD models at the start configuration (X0, Q0): one row per candidate pair (ia, ib)
+    and wall candidate (wb, ww) whose smooth surfaces are within the skin, plus the line-contact and carried rows
+    (relcp).  Appends to ``table``, records the pairs' normals in ``cache``; returns the pairs and walls kept
+    (ia, ib, wb, ww) and the core parameters ``axial`` (len(table), 2) of the carried rows (contact.carry_rows,
+    else (0, 2)).  A function of its own so that the level's geometry (~80 bytes per pair kept) is released
+    before the assembly and the solves instead of being held through the whole step (peak memory)."""
+    # pairs certified farther apart than the skin (support-function bound) need no kernel and no row
+    # (line of centres first; then the previous normals, looked up only for the survivors)
+    R0 = quaternion.to_matrix(Q0)        # once per body, not per pair
+    close = _screen(inp, X0, Q0, ia, ib, None, prm.skin, R0)
+    ia, ib = ia[close], ib[close]
+    hint0 = _level0_hint(inp, ia, ib)
+    if hint0 is not None:
+        close = _screen(inp, X0, Q0, ia, ib, hint0, prm.skin, R0)
+        ia, ib, hint0 = ia[close], ib[close], hint0[close]
+    geo = _pair_geometry(inp, X0, Q0, ia, ib, prm.geometry_tol, hint=hint0, R=R0)
+    cache.update(ia, ib, geo.normal)
+    wgeo = _wall_geometry(inp, X0, Q0, wb, ww, R0)
+    # rows only for pairs whose smooth surfaces are within the skin (bounding-sphere candidates that are
+    # farther apart cannot touch within the step; the trial check would catch them if they did)
+    near = geo.sep <= prm.skin
+    wnear = wgeo.sep <= prm.skin
+    ia, ib, geo = ia[near], ib[near], _subset(geo, near)
+    wb, ww, wgeo = wb[wnear], ww[wnear], _subset(wgeo, wnear)
+    table.append(**_rows(inp, geo, ia, ib, X0, np.zeros(len(ia), np.int64), np.zeros(len(ia))))
+    if prm.line_contacts and prm.model == "relcp":
+        _line_contact_level0(inp, prm, X0, Q0, ia, ib, geo, wb, ww, wgeo, table, R0)
+    else:
+        table.append(**_rows(inp, wgeo, wb, -1 - ww, X0, np.zeros(len(wb), np.int64), np.zeros(len(wb))))
+    axial = _carried_rows(inp, prm, X0, R0, ia, ib, geo, table) if carry else np.full((0, 2), np.nan)
+    return ia, ib, wb, ww, axial
 
 
 def _multisphere_level0(inp, prm, X, Q, ia, ib, wb, ww, table):
