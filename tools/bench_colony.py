@@ -33,7 +33,7 @@ import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from study_common import machine, plt  # noqa: E402
+from study_common import machine, parse_settings, plt  # noqa: E402
 
 
 def rss_mib():
@@ -115,6 +115,8 @@ def main():
     ap.add_argument("--restart", default=None, help="checkpoint path or 'latest' (in --ckpt-dir)")
     ap.add_argument("--progress-every", type=int, default=20)
     ap.add_argument("--solver", default=None, help="override solver.method (e.g. to compare solvers)")
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                    help="override a deck setting (repeatable), e.g. debug.dump_lcp=DIR to dump a failing LCP")
     args = ap.parse_args()
 
     from mpi4py import MPI
@@ -128,7 +130,8 @@ def main():
         "time.max_halvings": 0,                        # the benchmark measures the formulation as is: no halving
         "time.t_end": 1e6 * deck.time.dt, "time.steps": None,  # effectively unbounded: the target size ends it
         "output.trajectory_every": 0, "output.progress_every": 0, "output.directory": args.ckpt_dir,
-        "output.checkpoint_every": 0, **({"solver.method": args.solver} if args.solver else {})}, source=args.deck)
+        "output.checkpoint_every": 0, **({"solver.method": args.solver} if args.solver else {}),
+        **parse_settings(args.set)}, source=args.deck)
     name = os.path.splitext(os.path.basename(args.deck))[0]
     csv_path = os.path.join(args.out, f"bench_colony_{name}.csv")
     if args.restart:
