@@ -240,7 +240,17 @@ class Deck:
         """The explicit bodies as a tuple of :class:`BodySpec`, made from ``raw`` on every access: a deck of
         8,000 bodies held them as 4.5 MiB of tuples and dataclasses on every rank for the whole run, for one
         read when the bodies are built (the validated mapping ``raw`` stays: checkpoints store it)."""
-        return tuple(_body_spec(BodySpec, b) for b in self.raw["bodies"])
+        return tuple(self.iter_bodies())
+
+    def iter_bodies(self):
+        """The explicit bodies one :class:`BodySpec` at a time (made from ``raw`` as they are read: the body
+        builder holds one at a time, not a tuple of all of them)."""
+        return (_body_spec(BodySpec, b) for b in self.raw["bodies"])
+
+    @property
+    def n_bodies(self):
+        """Number of explicit bodies (``len(self.bodies)`` without making them)."""
+        return len(self.raw["bodies"])
 
     @property
     def checkpoint_prefix(self):
