@@ -57,6 +57,7 @@ import copy
 import math
 import os
 import re
+import sys
 
 import numpy as np
 import yaml
@@ -598,10 +599,12 @@ def _check_ranges(deck, problems):
                             f"along the non-periodic {', '.join(out)}")
 
 
-def validate(raw, source="deck"):
+def validate(raw, source="deck", _consume=False):
     """Validate a parsed deck mapping; return the normalised deck (defaults filled).
 
-    Raises :class:`DeckError` listing every problem found."""
+    Raises :class:`DeckError` listing every problem found.  (``_consume``, for :func:`loads` only: the entries
+    of ``raw``'s body and generator lists are dropped from them as they are validated, so the parsed and the
+    normalised entries of a long body list do not coexist.)"""
     problems = []
     if not isinstance(raw, dict):
         raise DeckError([f"top level must be a mapping of sections, got {type(raw).__name__}"], source)
@@ -677,6 +680,8 @@ def validate(raw, source="deck"):
                                         f"{nb['divide_at'] * (1 - noise):g}, which must exceed 2*radius "
                                         f"{2 * nb['radius']} (daughters have length L/2 - R > 0)")
             norm.append(nb)
+            if _consume:
+                items[k] = None
         deck[section] = norm
 
     _check_ranges(deck, problems)
@@ -765,6 +770,10 @@ def load(path):
     return loads(text, source=path), text
 
 
+_ALIASED = object()      # key of the anchors table set when an alias was read (values shared by several keys)
+_INTERN_MAX = 64        # string scalars up to this length are interned by the stream reader
+
+
 class _NotStreamable(Exception):
     """The streaming reader met something it leaves to the full loader (merge keys, explicit collection tags,
     complex keys, several documents, an error)."""
@@ -780,6 +789,7 @@ def _stream_value(loader, anchors):
     if isinstance(ev, yaml.AliasEvent):
         if ev.anchor not in anchors:
             raise _NotStreamable("undefined alias")
+        anchors[_ALIASED] = True
         return anchors[ev.anchor]
     if isinstance(ev, yaml.ScalarEvent):
         tag = ev.tag
@@ -790,6 +800,8 @@ def _stream_value(loader, anchors):
         node = yaml.ScalarNode(tag, ev.value, ev.start_mark, ev.end_mark, style=ev.style)
         make = loader.yaml_constructors.get(tag, loader.yaml_constructors[None])
         value = make(loader, node)           # safe scalar constructors return the value (no generators)
+        if type(value) is str and len(value) <= _INTERN_MAX:
+            value = sys.intern(value)        # keys and names repeat per body: one string each, not one per body
     elif isinstance(ev, yaml.SequenceStartEvent):
         if ev.tag not in _SAFE_SEQ_TAGS:
             raise _NotStreamable("tagged sequence")
@@ -825,6 +837,10 @@ def _stream_value(loader, anchors):
 
 
 def _load_streaming(text):
+    return _load_streaming_aliased(text)[0]
+
+
+def _load_streaming_aliased(text):
     """The YAML document ``text`` as Python objects, built straight from libyaml's event stream.
 
     ``yaml.load`` first composes the whole node tree (a Python object with two marks per scalar: ~100 MiB
@@ -839,9 +855,10 @@ def _load_streaming(text):
         try:
             loader.get_event()               # StreamStart
             if loader.check_event(yaml.StreamEndEvent):
-                return None
+                return None, False
             loader.get_event()               # DocumentStart
-            value = _stream_value(loader, {})
+            anchors = {}
+            value = _stream_value(loader, anchors)
             loader.get_event()               # DocumentEnd
             if not loader.check_event(yaml.StreamEndEvent):
                 raise _NotStreamable("several documents")
@@ -849,7 +866,7 @@ def _load_streaming(text):
             if isinstance(exc, _DuplicateKey):
                 raise
             raise _NotStreamable(str(exc)) from None
-        return value
+        return value, _ALIASED in anchors
     finally:
         loader.dispose()
 
@@ -900,15 +917,37 @@ def _exponent_floats(value, key=None):
     return value
 
 
+def _exponent_floats_in_place(value, key=None):
+    """:func:`_exponent_floats` changing the containers of ``value`` in place (no copy of every body's dict and
+    lists); only for a value no other code holds and whose containers are each reachable once (no aliases)."""
+    if key == "event_driven" or key in _TEXT_KEYS:
+        return value
+    if isinstance(value, dict):
+        for k, v in value.items():
+            nv = _exponent_floats_in_place(v, k)
+            if nv is not v:
+                value[k] = nv
+        return value
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            nv = _exponent_floats_in_place(v)
+            if nv is not v:
+                value[i] = nv
+        return value
+    return _exponent_floats(value)
+
+
 _TEXT_KEYS = _text_keys(SCHEMA, BODY_KEYS, GENERATOR_KEYS)
 
 
 def loads(text, source="deck"):
     try:
         try:
-            raw = _load_streaming(text)
+            raw, aliased = _load_streaming_aliased(text)
+            own = not aliased                # every container is ours and reachable once
         except _NotStreamable:
             raw = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+            own = False
     except yaml.reader.ReaderError as exc:
         # a character YAML does not accept (control characters, NUL): name its byte offset in the file
         pos = int(getattr(exc, "position", 0) or 0)
@@ -926,4 +965,6 @@ def loads(text, source="deck"):
         raise DeckError([f"malformed YAML{where}: {problem}"], source=source) from None
     if raw is None:
         raise DeckError(["the deck is empty"], source=source)
+    if own:
+        return validate(_exponent_floats_in_place(raw), source=source, _consume=True)
     return validate(_exponent_floats(raw), source=source)
