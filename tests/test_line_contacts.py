@@ -185,3 +185,29 @@ def test_flat_ring_pressed_and_twisted_on_a_wall_terminates_at_level_zero():
     sim, diags = run_sim(_ring_on_wall(True), comm=SELF)
     assert max(d["depth"] for d in diags) == 0
     assert max(d["max_overlap"] for d in diags) <= 1e-3
+
+
+def test_row_rotation_limit_is_inert_below_the_limit_and_cuts_back_far_trials():
+    """contact.row_rotation_limit only moves the linearisation point of appended rows whose trial turned a body
+    further than the limit: a run whose trials stay below it is bit-identical with and without the option; a
+    run whose first trial turns rods by ~35 deg (the pinched bed without line contacts) is changed by it and
+    then solved by APGD alone within overlap_tol (the full-trial rows make APGD fail: tests/test_line_contacts_mpi.py)."""
+    import copy
+
+    from tests.test_line_contacts_mpi import pinched_bed
+    base = pinched_bed(True, max_iter=5000)
+    runs = []
+    for lim in (0.0, 0.35):
+        deck = copy.deepcopy(base)
+        deck["contact"]["row_rotation_limit"] = lim
+        sim, diags = run_sim(deck, comm=SELF)
+        runs.append((sim.gather()[1], diags))
+    assert max(d["trial_rotation"] for d in runs[0][1]) < np.degrees(0.35)
+    assert np.array_equal(runs[0][0], runs[1][0])
+    assert [d["iterations"] for d in runs[0][1]] == [d["iterations"] for d in runs[1][1]]
+    deck = copy.deepcopy(pinched_bed(False, max_iter=5000))
+    deck["contact"]["row_rotation_limit"] = 0.35
+    _, diags = run_sim(deck, comm=SELF)
+    assert max(d["max_overlap"] for d in diags) <= 1e-3
+    assert max(d["trial_rotation"] for d in diags) > np.degrees(0.35)
+    assert max(d["depth"] for d in diags) <= 5

@@ -22,7 +22,9 @@ Top-level sections (defaults in ``SCHEMA``)::
                ms_resolution (proxy spheres per body for the multisphere baseline), recheck_neighbors,
                line_contacts (relcp: level-0 rows at both ends of rod-rod and rod-wall line contacts),
                max_trial_rotation (rad; with time.max_halvings > 0 a step whose recursion tries a rotation
-               larger than this is redone at dt/2 at once; 0 = never), carry_rows (relcp: level 0 of a step
+               larger than this is redone at dt/2 at once; 0 = never), row_rotation_limit (rad, default 0 =
+               off: rows appended by the recursion are linearised at a configuration where no body has turned
+               more than this from the start, instead of at the trial; see docs/ARCHITECTURE.md), carry_rows (relcp: level 0 of a step
                re-samples the material points of the previous step's appended rod-rod rows, see
                docs/ARCHITECTURE.md), gap_margin ([L], 0 <= gap_margin <= overlap_tol, default 0: every
                LCP row asks for a predicted gap >= gap_margin instead of >= 0; bodies at rest keep a gap of about
@@ -260,6 +262,7 @@ SCHEMA = {
         "recheck_neighbors": (BOOL, True, None),
         "line_contacts": (BOOL, True, None),
         "max_trial_rotation": (FLOAT, 0.35, _nonneg),
+        "row_rotation_limit": (FLOAT, 0.0, _nonneg),
         "carry_rows": (BOOL, False, None),
         "gap_margin": (FLOAT, 0.0, _nonneg),
     },

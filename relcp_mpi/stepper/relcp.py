@@ -10,7 +10,10 @@ Length-unit LCP of a step, for the constraint rows k present at a recursion leve
   ``-overlap_tol``: geometry (normal, witness points, lever arms) taken at the trial configuration and
   q_k = Phi_k(trial) - dt D_k^T (U_trial - U_ext), so that the row's prediction at the previous solution
   equals the measured trial separation (this is the "whole grown LCP, warm started" variant: the previous
-  gamma is kept for old rows, zero for new rows, and the full LCP is re-solved).
+  gamma is kept for old rows, zero for new rows, and the full LCP is re-solved).  With
+  ``contact.row_rotation_limit`` > 0 the appended rows are taken at a configuration Y where the trial's
+  rotations larger than the limit are cut back to it (q_k = Phi_k(Y) - dt D_k^T (U_Y - U_ext));
+  see ``_limited_rotation``.
 
 With ``contact.gap_margin`` m > 0 every q_k above is lowered by m, i.e. the LCP asks for predicted gaps >= m
 (bodies pressed together rest about m apart).  The trial check still allows overlaps up to ``overlap_tol``, so
@@ -73,6 +76,7 @@ class StepParams:
     recheck_neighbors: bool = True
     line_contacts: bool = True     # level-0 end-point / end-cap rows for rods (contact.line_contacts)
     max_trial_rotation: float = 0.0  # [rad] give a step up when a trial rotates a body more (0 = off)
+    row_rotation_limit: float = 0.0  # [rad] appended rows are linearised where no body turned more (0 = off)
     carry_rows: bool = False       # level 0 re-samples the previous step's appended rod-rod rows (contact.carry_rows)
     gap_margin: float = 0.0        # [L] the LCP asks every row for a predicted gap >= gap_margin (contact.gap_margin)
     geometry_tol: float = 1e-12
@@ -385,7 +389,8 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
             if inp.image_velocity is not None:
                 table.gap_free[:] += dt * _image_gap_rate(inp, table)
         else:
-            # appended rows: q = sep_trial - dt D^T (U_trial - U_ext)
+            # appended rows: q = sep_trial - dt D^T (U_trial - U_ext) (rows linearised at a rotation-limited
+            # configuration carry their prediction of sep_trial in sep0: _limited_rotation)
             new = slice(level_start, c)
             Ut_v = _bodyvec(PETSc, D, U_trial)
             D.multTranspose(Ut_v, tmp)
@@ -436,11 +441,14 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
         # the rows' lever arms and normals are extrapolated); bodies without rows may rotate freely
         rot = 2.0 * np.arccos(np.minimum(np.abs(np.einsum("ij,ij->i", Q0, Qt)), 1.0))
         rows_rot = np.maximum(rot[table.ia], np.where(table.ib >= 0, rot[np.maximum(table.ib, 0)], 0.0))
-        ext = np.array([reach.max(initial=0.0), rows_rot.max(initial=0.0)])
+        # largest rotation angle |omega| dt of any owned body (decides collectively whether rows need the
+        # rotation-limited linearisation configuration)
+        ang = dt * norm_rows(U_trial[:, 3:])
+        ext = np.array([reach.max(initial=0.0), rows_rot.max(initial=0.0), ang.max(initial=0.0)])
         if inp.image_velocity is not None:       # images drift relative to their bodies (Lees-Edwards)
             ext[0] += dt * np.linalg.norm(inp.image_velocity, axis=1).max(initial=0.0)
         comm.Allreduce(_MPI().IN_PLACE, ext, op=_MPI().MAX)
-        max_reach, max_rot = float(ext[0]), float(ext[1])
+        max_reach, max_rot, max_ang = float(ext[0]), float(ext[1]), float(ext[2])
         max_trial_rot = max(max_trial_rot, float(max_rot))
         if prm.max_trial_rotation > 0 and max_rot > prm.max_trial_rotation:      # same decision on every rank
             T.stop("recursion")
@@ -484,13 +492,18 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
                     f"contact.max_depth")
             depth += 1
             level_start = len(table)
-            axial = _append_level(inp, table, depth, _subset(tgeo, bad_p), pa[bad_p], pb[bad_p],
-                                  _subset(twgeo, bad_w), cw[bad_w], Xt, Rt, axial if carry else None)
+            sel, wsel, Ra = _subset(tgeo, bad_p), _subset(twgeo, bad_w), None
+            if 0.0 < prm.row_rotation_limit < max_ang:           # same decision on every rank (collective)
+                sel, wsel, Ra = _limited_rotation(inp, prm, U_trial, ang, Xt, Qt, pa[bad_p], pb[bad_p],
+                                                  cw[bad_w], sel, wsel)
+            axial = _append_level(inp, table, depth, sel, pa[bad_p], pb[bad_p], wsel, cw[bad_w], Xt, Rt,
+                                  axial if carry else None, R_alt=Ra)
+            del sel, wsel, Ra
             gamma = np.concatenate([gamma, np.zeros(len(table) - level_start)])
         # the trial check's arrays (geometry of every checked pair, hints, rotations) are recomputed at the next
         # level: release them before its assembly and solve, or before the step's end, instead of holding them
         # through either (peak memory)
-        del tgeo, twgeo, hint, maybe, pa, pb, bad_p, bad_w, lb, cw, Rt, Xt, Qt, reach, rot, rows_rot
+        del tgeo, twgeo, hint, maybe, pa, pb, bad_p, bad_w, lb, cw, Rt, Xt, Qt, reach, rot, rows_rot, ang
         if not grow:
             break
 
@@ -517,11 +530,66 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
                       carry=carried)
 
 
-def _append_level(inp, table, depth, sel, pa, pb, wsel, cw, Xt, Rt, axial):
+def _limited_rotation(inp, prm, U_trial, ang, Xt, Qt, pa, pb, cw, sel, wsel):
+    """Rows of a recursion level linearised where no body has turned more than ``prm.row_rotation_limit``
+    (collective: every rank calls it when any rank's trial turns a body by more).
+
+    A row appended at a trial configuration carries that configuration's normal and lever arms, extrapolated
+    back to the start of the step; a trial that turns a body by tens of degrees puts both far from what the
+    body does at the solution.  Each owned body's angular velocity is scaled by s_i = min(1, limit /
+    (|omega_i| dt)) (translation kept), which reaches a configuration Y (positions equal to the trial's) where
+    no body has turned more than the limit, and the offending pairs and walls are evaluated there.  A row taken
+    at Y is kept only if its own linearisation still predicts the overlap found at the trial (predicted
+    separation at the trial, sep(Y) + n . (d_i x r_i - d_j x r_j) with d the rotation vector from Y to the
+    trial, below -overlap_tol): it then cuts the last solution off as the trial row would, so every level
+    still excludes the previous solution (the recursion's progress); otherwise the pair keeps its trial row.
+    A kept row stores that prediction as its separation (sep0), so the level's constant q = sep0 - dt D^T
+    (U_trial - U_ext) is the exact linearisation about Y.
+
+    ``U_trial`` (n_owned, 6), ``ang`` (n_owned,) its rotation angles [rad], ``Xt`` (m, 3), ``Qt`` (m, 4) the
+    trial configuration; ``pa, pb`` local indices of the offending pairs, ``cw`` (k, 2) offending (body, wall)
+    candidates, ``sel``/``wsel`` their trial geometry.  Returns (pair geometry, wall geometry, R_alt) where
+    R_alt = (rotation matrices at Y (m, 3, 3), mask of pair rows taken at Y)."""
+    n = inp.n_owned
+    U_lin = U_trial.copy()
+    U_lin[:, 3:] *= (prm.row_rotation_limit / np.maximum(ang, prm.row_rotation_limit))[:, None]
+    _, ql = advance(inp.x0[:n], inp.q0[:n], U_lin, prm.dt)
+    _, qg = inp.refresh(Xt[:n], ql)          # ghost orientations at Y (positions are the trial's)
+    Ql = np.concatenate([ql, qg]) if len(qg) else ql
+    Rl = quaternion.to_matrix(Ql)
+    # rotation vectors Y -> trial, d = 2 atan2(|v|, w) v / |v| of Qt conj(Ql) (w >= 0)
+    rel = quaternion.multiply(Qt, Ql * np.array([1.0, -1.0, -1.0, -1.0]))
+    rel *= np.where(rel[:, :1] < 0.0, -1.0, 1.0)
+    vn = norm_rows(rel[:, 1:])
+    d = rel[:, 1:] * (2.0 * np.arctan2(vn, rel[:, 0]) / np.where(vn > 0.0, vn, 1.0))[:, None]
+    geo = _pair_geometry(inp, Xt, Ql, pa, pb, prm.geometry_tol, hint=sel.normal, R=Rl)
+    wgeo = _wall_geometry(inp, Xt, Ql, cw[:, 0], cw[:, 1], Rl)
+    # each row's prediction of the trial separation from its linearisation about Y
+    pred = geo.sep + np.einsum("ij,ij->i", geo.normal, np.cross(d[pa], geo.p_i - Xt[pa])
+                               - np.cross(d[pb], geo.p_j - Xt[pb]))
+    wb = cw[:, 0]
+    wpred = wgeo.sep + np.einsum("ij,ij->i", wgeo.normal, np.cross(d[wb], wgeo.p_i - Xt[wb]))
+    use, wuse = pred < -prm.overlap_tol, wpred < -prm.overlap_tol
+    geo.sep, wgeo.sep = pred, wpred
+    return _pick(use, geo, sel), _pick(wuse, wgeo, wsel), (Rl, use)
+
+
+def _pick(mask, a, b):
+    """ContactGeometry with the rows of ``a`` where ``mask`` and of ``b`` elsewhere."""
+    from relcp_mpi.geometry.contact import ContactGeometry
+    m1 = mask[:, None]
+    return ContactGeometry(sep=np.where(mask, a.sep, b.sep), normal=np.where(m1, a.normal, b.normal),
+                           p_i=np.where(m1, a.p_i, b.p_i), p_j=np.where(m1, a.p_j, b.p_j),
+                           converged=np.where(mask, a.converged, b.converged))
+
+
+def _append_level(inp, table, depth, sel, pa, pb, wsel, cw, Xt, Rt, axial, R_alt=None):
     """Append the rows of recursion level ``depth``: one per offending pair (pa, pb) with its geometry ``sel``
     and per offending wall candidate ``cw`` (k, 2: body, wall) with ``wsel``, taken at the trial configuration
     (positions Xt, rotation matrices Rt).  With contact.carry_rows ``axial`` (the core parameters of the table's
-    rows, (c, 2)) is returned extended by the new rows' (wall rows: none, see _carried_rows); None stays None."""
+    rows, (c, 2)) is returned extended by the new rows' (wall rows: none, see _carried_rows); None stays None.
+    ``R_alt`` = (rotation matrices, mask of the pair rows taken there) when some rows were linearised at a
+    rotation-limited configuration (_limited_rotation)."""
     sub_counts = _next_sub(table, inp.gid[pa], inp.gid[pb], first=N_PAIR_SLOTS)
     table.append(**_rows(inp, sel, pa, pb, Xt, sub_counts, np.zeros(len(pa))), level=np.full(len(pa), depth))
     wb, ww = cw[:, 0], cw[:, 1]
@@ -529,10 +597,14 @@ def _append_level(inp, table, depth, sel, pa, pb, wsel, cw, Xt, Rt, axial):
     table.append(**_rows(inp, wsel, wb, -1 - ww, Xt, sub_w, np.zeros(len(wb))), level=np.full(len(wb), depth))
     if axial is None:
         return None
-    return np.concatenate([axial, np.stack([
-        core_parameters(inp.kind, inp.shape, Xt, Rt, pa, sel.p_i, sel.normal, 1.0),
-        core_parameters(inp.kind, inp.shape, Xt, Rt, pb, sel.p_j, sel.normal, -1.0)], axis=1),
-        np.full((len(wb), 2), np.nan)])
+    new = np.stack([core_parameters(inp.kind, inp.shape, Xt, Rt, pa, sel.p_i, sel.normal, 1.0),
+                    core_parameters(inp.kind, inp.shape, Xt, Rt, pb, sel.p_j, sel.normal, -1.0)], axis=1)
+    if R_alt is not None and np.any(R_alt[1]):
+        Ry, use = R_alt
+        new[use] = np.stack([core_parameters(inp.kind, inp.shape, Xt, Ry, pa[use], sel.p_i[use], sel.normal[use], 1.0),
+                             core_parameters(inp.kind, inp.shape, Xt, Ry, pb[use], sel.p_j[use], sel.normal[use],
+                                             -1.0)], axis=1)
+    return np.concatenate([axial, new, np.full((len(wb), 2), np.nan)])
 
 
 def _snsd_level0(inp, prm, X0, Q0, ia, ib, wb, ww, table, cache, carry):
