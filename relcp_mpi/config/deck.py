@@ -24,11 +24,12 @@ Top-level sections (defaults in ``SCHEMA``)::
                max_trial_rotation (rad; with time.max_halvings > 0 a step whose recursion tries a rotation
                larger than this is redone at dt/2 at once; 0 = never), row_rotation_limit (rad, default 0 =
                off: rows appended by the recursion are linearised at a configuration where no body has turned
-               more than this from the start, instead of at the trial; see docs/ARCHITECTURE.md), carry_rows (relcp: level 0 of a step
-               re-samples the material points of the previous step's appended rod-rod rows, see
-               docs/ARCHITECTURE.md), gap_margin ([L], 0 <= gap_margin <= overlap_tol, default 0: every
-               LCP row asks for a predicted gap >= gap_margin instead of >= 0; bodies at rest keep a gap of about
-               gap_margin and fewer steps need another recursion level, see docs/ARCHITECTURE.md)}
+               more than this from the start, instead of at the trial; see docs/ARCHITECTURE.md),
+               carry_rows (relcp: level 0 of a step re-samples the material points of the previous step's
+               appended rod-rod rows, see docs/ARCHITECTURE.md), gap_margin ([L], 0 <= gap_margin <=
+               overlap_tol, default 0: every LCP row asks for a predicted gap >= gap_margin instead of >= 0;
+               bodies at rest keep a gap of about gap_margin and fewer steps need another recursion level, see
+               docs/ARCHITECTURE.md)}
     solver:   {method: a name of relcp_mpi.solver.registry (bbpgd, apgd, ipm, tao-<type>), tol, max_iter,
                options (the method's tunable options, e.g. {L_safety: 1.1} for apgd; the registry lists them),
                fallback (method tried on an LCP the first method fails on, default ipm; none = fail at once),
@@ -902,42 +903,32 @@ def _text_keys(*schemas):
     return out
 
 
-def _exponent_floats(value, key=None):
+def _exponent_floats(value, key=None, in_place=False):
     """``value`` with every string in exponent notation without a point read as a float (recursively; the
     ``event_driven`` section, the values of text keys (a run name "1e3") and literals out of a double's range are
-    kept as they are)."""
+    kept as they are).  With ``in_place`` the dicts and lists of ``value`` are changed instead of copied (no copy
+    of every body's dict and lists): only for a value no other code holds and whose containers are each
+    reachable once (no aliases)."""
     if key == "event_driven" or key in _TEXT_KEYS:
         return value
     if isinstance(value, dict):
-        return {k: _exponent_floats(v, k) for k, v in value.items()}
+        if not in_place:
+            return {k: _exponent_floats(v, k) for k, v in value.items()}
+        for k, v in value.items():           # values replaced, keys unchanged: safe while iterating
+            value[k] = _exponent_floats(v, k, True)
+        return value
     if isinstance(value, list):
-        return [_exponent_floats(v) for v in value]
+        if not in_place:
+            return [_exponent_floats(v) for v in value]
+        for i, v in enumerate(value):
+            value[i] = _exponent_floats(v, None, True)
+        return value
     if isinstance(value, str) and _EXP_FLOAT.fullmatch(value):
         f = float(value.replace("_", ""))
         mantissa = float(value.replace("_", "").lower().split("e")[0])
         if math.isfinite(f) and (f != 0.0 or mantissa == 0.0):
             return f
     return value
-
-
-def _exponent_floats_in_place(value, key=None):
-    """:func:`_exponent_floats` changing the containers of ``value`` in place (no copy of every body's dict and
-    lists); only for a value no other code holds and whose containers are each reachable once (no aliases)."""
-    if key == "event_driven" or key in _TEXT_KEYS:
-        return value
-    if isinstance(value, dict):
-        for k, v in value.items():
-            nv = _exponent_floats_in_place(v, k)
-            if nv is not v:
-                value[k] = nv
-        return value
-    if isinstance(value, list):
-        for i, v in enumerate(value):
-            nv = _exponent_floats_in_place(v)
-            if nv is not v:
-                value[i] = nv
-        return value
-    return _exponent_floats(value)
 
 
 _TEXT_KEYS = _text_keys(SCHEMA, BODY_KEYS, GENERATOR_KEYS)
@@ -969,5 +960,5 @@ def loads(text, source="deck"):
     if raw is None:
         raise DeckError(["the deck is empty"], source=source)
     if own:
-        return validate(_exponent_floats_in_place(raw), source=source, _consume=True)
+        return validate(_exponent_floats(raw, in_place=True), source=source, _consume=True)
     return validate(_exponent_floats(raw), source=source)
