@@ -492,7 +492,7 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
                     f"contact.max_depth")
             depth += 1
             level_start = len(table)
-            sel, wsel, Ra = _subset(tgeo, bad_p), _subset(twgeo, bad_w), None
+            sel, wsel, Ra = tgeo.take(bad_p), twgeo.take(bad_w), None
             if 0.0 < prm.row_rotation_limit < max_ang:           # same decision on every rank (collective)
                 sel, wsel, Ra = _limited_rotation(inp, prm, U_trial, ang, Xt, Qt, pa[bad_p], pb[bad_p],
                                                   cw[bad_w], sel, wsel)
@@ -571,16 +571,7 @@ def _limited_rotation(inp, prm, U_trial, ang, Xt, Qt, pa, pb, cw, sel, wsel):
     wpred = wgeo.sep + np.einsum("ij,ij->i", wgeo.normal, np.cross(d[wb], wgeo.p_i - Xt[wb]))
     use, wuse = pred < -prm.overlap_tol, wpred < -prm.overlap_tol
     geo.sep, wgeo.sep = pred, wpred
-    return _pick(use, geo, sel), _pick(wuse, wgeo, wsel), (Rl, use)
-
-
-def _pick(mask, a, b):
-    """ContactGeometry with the rows of ``a`` where ``mask`` and of ``b`` elsewhere."""
-    from relcp_mpi.geometry.contact import ContactGeometry
-    m1 = mask[:, None]
-    return ContactGeometry(sep=np.where(mask, a.sep, b.sep), normal=np.where(m1, a.normal, b.normal),
-                           p_i=np.where(m1, a.p_i, b.p_i), p_j=np.where(m1, a.p_j, b.p_j),
-                           converged=np.where(mask, a.converged, b.converged))
+    return geo.where(use, sel), wgeo.where(wuse, wsel), (Rl, use)
 
 
 def _append_level(inp, table, depth, sel, pa, pb, wsel, cw, Xt, Rt, axial, R_alt=None):
@@ -630,8 +621,8 @@ def _snsd_level0(inp, prm, X0, Q0, ia, ib, wb, ww, table, cache, carry):
     # farther apart cannot touch within the step; the trial check would catch them if they did)
     near = geo.sep <= prm.skin
     wnear = wgeo.sep <= prm.skin
-    ia, ib, geo = ia[near], ib[near], _subset(geo, near)
-    wb, ww, wgeo = wb[wnear], ww[wnear], _subset(wgeo, wnear)
+    ia, ib, geo = ia[near], ib[near], geo.take(near)
+    wb, ww, wgeo = wb[wnear], ww[wnear], wgeo.take(wnear)
     table.append(**_rows(inp, geo, ia, ib, X0, np.zeros(len(ia), np.int64), np.zeros(len(ia))))
     if prm.line_contacts and prm.model == "relcp":
         _line_contact_level0(inp, prm, X0, Q0, ia, ib, geo, wb, ww, wgeo, table, R0)
@@ -664,7 +655,7 @@ def _line_contact_level0(inp, prm, X, Q, ia, ib, geo, wb, ww, wgeo, table, R=Non
                                        prm.skin, R=R)
     other = np.ones(len(wb), bool)
     other[cand] = False
-    table.append(**_rows(inp, _subset(wgeo, other), wb[other], -1 - ww[other], X,
+    table.append(**_rows(inp, wgeo.take(other), wb[other], -1 - ww[other], X,
                          np.zeros(int(other.sum()), np.int64), np.zeros(int(other.sum()))))
     table.append(**_rows(inp, wg, wb[cand], -1 - ww[cand], X, wsub, np.zeros(len(cand))))
     cand, wsub, wg = ring_wall_rows(inp.kind, inp.shape, X, Q, wb, ww, inp.wall_points, inp.wall_normals, prm.skin)
@@ -707,7 +698,7 @@ def _carried_rows(inp, prm, X, R, ia, ib, geo, table):
     keep = distinct_within_skin(g.sep, g.p_i, g.p_j, geo.p_i[k], geo.p_j[k], scale, prm.skin)
     rows, k = pair[keep], k[keep]
     before = len(table)
-    table.append(**_rows(inp, _subset(g, keep), ia[k], ib[k], X, inp.warm_keys["sub"][take[rows]],
+    table.append(**_rows(inp, g.take(keep), ia[k], ib[k], X, inp.warm_keys["sub"][take[rows]],
                          np.zeros(len(rows))))
     return np.concatenate([np.full((before, 2), np.nan), wv[take[rows], 4:6]])
 
@@ -729,12 +720,6 @@ def _union_pairs(pairs, a, b, base):
     keys = np.concatenate([pairs[:, 0] * base + pairs[:, 1], a * base + b])
     u = np.unique(keys)
     return np.stack([u // base, u % base], axis=1)
-
-
-def _subset(geo, mask):
-    from relcp_mpi.geometry.contact import ContactGeometry
-    return ContactGeometry(sep=geo.sep[mask], normal=geo.normal[mask], p_i=geo.p_i[mask], p_j=geo.p_j[mask],
-                           converged=geo.converged[mask])
 
 
 def _next_sub(table, gi, gj, first=1):
