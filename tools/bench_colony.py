@@ -183,16 +183,18 @@ def main():
         failed = f"step {sim.step + 1}: {type(exc).__name__}: {str(exc).splitlines()[0]}"
     if comm.rank == 0:
         write_csv(csv_path, rows, append=True)
-        allrows = read_csv(csv_path)
-        summary = summarize(allrows)
-        write_csv(os.path.join(args.out, f"bench_colony_{name}_sizes.csv"), summary)
-        plot(summary, os.path.join(args.out, f"bench_colony_{name}.png"),
-             f"{name}: {comm.size} rank(s), up to {int(max(r['cells'] for r in allrows))} cells")
-        for s in summary:
-            print(f"N={s['N']:6d}: {s['steps']:4d} steps, {s['wall_per_step_s']:.3f} s/step, "
-                  f"{s['wall_per_cell_step_us']:.1f} us/cell-step, {s['iters_per_solve']:.0f} it/solve, "
-                  f"rows {s['mean_rows']:.0f}, depth <= {s['max_depth']}, halved {s['halved_steps']}, "
-                  f"overlap {s['max_overlap']:.2e}, rss {s['peak_rss_mib_max_rank']:.0f} MiB", flush=True)
+        # no CSV: the run failed at its first step (a restart replaying a failing step): only that is reported
+        allrows = read_csv(csv_path) if os.path.exists(csv_path) else []
+        if allrows:
+            summary = summarize(allrows)
+            write_csv(os.path.join(args.out, f"bench_colony_{name}_sizes.csv"), summary)
+            plot(summary, os.path.join(args.out, f"bench_colony_{name}.png"),
+                 f"{name}: {comm.size} rank(s), up to {int(max(r['cells'] for r in allrows))} cells")
+            for s in summary:
+                print(f"N={s['N']:6d}: {s['steps']:4d} steps, {s['wall_per_step_s']:.3f} s/step, "
+                      f"{s['wall_per_cell_step_us']:.1f} us/cell-step, {s['iters_per_solve']:.0f} it/solve, "
+                      f"rows {s['mean_rows']:.0f}, depth <= {s['max_depth']}, halved {s['halved_steps']}, "
+                      f"overlap {s['max_overlap']:.2e}, rss {s['peak_rss_mib_max_rank']:.0f} MiB", flush=True)
         print("completed" if failed is None else f"FAILED at {failed}", flush=True)
     return 0 if failed is None else 1
 
