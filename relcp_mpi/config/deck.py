@@ -25,6 +25,8 @@ Top-level sections (defaults in ``SCHEMA``)::
                larger than this is redone at dt/2 at once; 0 = never), row_rotation_limit (rad, default 0 =
                off: rows appended by the recursion are linearised at a configuration where no body has turned
                more than this from the start, instead of at the trial; see docs/ARCHITECTURE.md),
+               row_depth_limit ([L], default 0 = off: a pair overlapping by more than this at a trial gets its
+               appended row where the step's path brings it to about half that depth; see docs/ARCHITECTURE.md),
                carry_rows (relcp: level 0 of a step re-samples the material points of the previous step's
                appended rod-rod rows, see docs/ARCHITECTURE.md), gap_margin ([L], 0 <= gap_margin <=
                overlap_tol, default 0: every LCP row asks for a predicted gap >= gap_margin instead of >= 0;
@@ -264,6 +266,7 @@ SCHEMA = {
         "line_contacts": (BOOL, True, None),
         "max_trial_rotation": (FLOAT, 0.35, _nonneg),
         "row_rotation_limit": (FLOAT, 0.0, _nonneg),
+        "row_depth_limit": (FLOAT, 0.0, _nonneg),
         "carry_rows": (BOOL, False, None),
         "gap_margin": (FLOAT, 0.0, _nonneg),
     },

@@ -151,6 +151,7 @@ class ContactSection:
     line_contacts: bool       # relcp: level-0 rows at both ends of rod-rod and rod-wall line contacts
     max_trial_rotation: float  # [rad] with time.max_halvings > 0: redo a step at dt/2 when a trial rotates more
     row_rotation_limit: float  # [rad] appended rows linearised where no body turned more than this (0 = off)
+    row_depth_limit: float    # [L] pairs overlapping deeper at a trial get rows from along the step (0 = off)
     carry_rows: bool          # relcp: level 0 re-samples the previous step's appended rod-rod rows
     gap_margin: float         # [L] every LCP row asks for a predicted gap >= gap_margin (0 <= it <= overlap_tol)
 

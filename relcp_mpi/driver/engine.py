@@ -79,7 +79,7 @@ class StepEngine:
                                  recheck_neighbors=c.recheck_neighbors, line_contacts=c.line_contacts,
                                  # the early trial-range check only makes sense when the step can be redone
                                  max_trial_rotation=c.max_trial_rotation if deck.time.max_halvings else 0.0,
-                                 row_rotation_limit=c.row_rotation_limit,
+                                 row_rotation_limit=c.row_rotation_limit, row_depth_limit=c.row_depth_limit,
                                  carry_rows=c.carry_rows, gap_margin=c.gap_margin,
                                  debug=LcpDebug.from_deck(deck.debug))
         self.growth_model = GrowthModel.from_deck(deck.growth)

@@ -57,7 +57,7 @@ ALLOWED = ("name", "time", "solver", "parallel", "output", "debug", "contact.ski
            # carried rows are necessary conditions only: the step's guarantee (overlap_tol) is unchanged
            "contact.carry_rows",
            # where appended rows are linearised (a configuration reachable in the step): guarantee unchanged
-           "contact.row_rotation_limit",
+           "contact.row_rotation_limit", "contact.row_depth_limit",
            # a numerical target gap below overlap_tol, like solver.tol: the guarantee is unchanged
            "contact.gap_margin")
 UNKNOWN_WHY = "not known to be safe to change across a restart"

@@ -13,7 +13,8 @@ Length-unit LCP of a step, for the constraint rows k present at a recursion leve
   gamma is kept for old rows, zero for new rows, and the full LCP is re-solved).  With
   ``contact.row_rotation_limit`` > 0 the appended rows are taken at a configuration Y where the trial's
   rotations larger than the limit are cut back to it (q_k = Phi_k(Y) - dt D_k^T (U_Y - U_ext));
-  see ``_limited_rotation``.
+  see ``_limited_rotation``.  With ``contact.row_depth_limit`` > 0 a pair that overlaps by more than the limit
+  at the trial gets its row where the step's path brings it to about half that depth (``_backed_off_rows``).
 
 With ``contact.gap_margin`` m > 0 every q_k above is lowered by m, i.e. the LCP asks for predicted gaps >= m
 (bodies pressed together rest about m apart).  The trial check still allows overlaps up to ``overlap_tol``, so
@@ -77,6 +78,7 @@ class StepParams:
     line_contacts: bool = True     # level-0 end-point / end-cap rows for rods (contact.line_contacts)
     max_trial_rotation: float = 0.0  # [rad] give a step up when a trial rotates a body more (0 = off)
     row_rotation_limit: float = 0.0  # [rad] appended rows are linearised where no body turned more (0 = off)
+    row_depth_limit: float = 0.0   # [L] pairs overlapping deeper at a trial get rows from along the step (0 = off)
     carry_rows: bool = False       # level 0 re-samples the previous step's appended rod-rod rows (contact.carry_rows)
     gap_margin: float = 0.0        # [L] the LCP asks every row for a predicted gap >= gap_margin (contact.gap_margin)
     geometry_tol: float = 1e-12
@@ -496,9 +498,12 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
             if 0.0 < prm.row_rotation_limit < max_ang:           # same decision on every rank (collective)
                 sel, wsel, Ra = _limited_rotation(inp, prm, U_trial, ang, Xt, Qt, pa[bad_p], pb[bad_p],
                                                   cw[bad_w], sel, wsel)
+            backed = None
+            if prm.row_depth_limit > 0.0:                          # local: no collective
+                sel, backed = _backed_off_rows(inp, prm, Xt, Qt, pa[bad_p], pb[bad_p], tgeo.sep[bad_p], sel)
             axial = _append_level(inp, table, depth, sel, pa[bad_p], pb[bad_p], wsel, cw[bad_w], Xt, Rt,
-                                  axial if carry else None, R_alt=Ra)
-            del sel, wsel, Ra
+                                  axial if carry else None, R_alt=Ra, not_carried=backed)
+            del sel, wsel, Ra, backed
             gamma = np.concatenate([gamma, np.zeros(len(table) - level_start)])
         # the trial check's arrays (geometry of every checked pair, hints, rotations) are recomputed at the next
         # level: release them before its assembly and solve, or before the step's end, instead of holding them
@@ -574,13 +579,76 @@ def _limited_rotation(inp, prm, U_trial, ang, Xt, Qt, pa, pb, cw, sel, wsel):
     return geo.where(use, sel), wgeo.where(wuse, wsel), (Rl, use)
 
 
-def _append_level(inp, table, depth, sel, pa, pb, wsel, cw, Xt, Rt, axial, R_alt=None):
+def _backed_off_rows(inp, prm, Xt, Qt, pa, pb, tsep, sel, steps=8):
+    """Rows of the offending pairs that overlap by more than ``prm.row_depth_limit`` at the trial, taken where the
+    step's path brings the pair to about half that depth (local: no collective).
+
+    At a deep trial overlap (rods crossing: a fast-turning rod swept through a neighbour that was beyond the skin
+    at the start) the pair's shared normal says little about how the pair can separate: between two walls it
+    can point along the wall normal, a row that asks the two rods to clear each other vertically, which the walls
+    forbid (measured: the 16k colony's step 851, multipliers of 5e6-8e6 on such a pinch).  The start-to-trial
+    path of each body is x(t) = x0 + t (xt - x0), q(t) = exp(t phi) q0 with phi the rotation vector from q0 to qt
+    (for an owned body the trial's own constant-omega path); per pair, ``steps`` bisections find the largest t
+    (on their grid) where the pair overlaps by less than half the limit, configuration Z.  The pair's row is
+    taken at Z and kept if its linearisation still predicts the trial's overlap, sep(Z) + n . (dp_i - dp_j) <
+    -overlap_tol with dp = (1 - t)(xt - x0) + (1 - t) phi x r(Z) the motion of its witness point from Z to the
+    trial (as in _limited_rotation: then it cuts the last solution off, and the level makes progress); the row
+    stores that prediction as sep0 and its lever arms at Z.
+
+    ``pa, pb`` (k,) local indices of the offending pairs, ``tsep`` (k,) their trial separations, ``sel`` their
+    rows' geometry so far (trial or rotation-limited).  Returns (geometry, mask of the rows replaced or None)."""
+    deep = np.flatnonzero(tsep < -prm.row_depth_limit)
+    if len(deep) == 0:
+        return sel, None
+    k = len(deep)
+    body = np.concatenate([pa[deep], pb[deep]])           # pair p's bodies are entries p and k + p
+    x0, q0 = inp.x0[body], inp.q0[body]
+    dx = Xt[body] - x0
+    rel = quaternion.multiply(Qt[body], q0 * np.array([1.0, -1.0, -1.0, -1.0]))
+    rel *= np.where(rel[:, :1] < 0.0, -1.0, 1.0)
+    vn = norm_rows(rel[:, 1:])
+    phi = rel[:, 1:] * (2.0 * np.arctan2(vn, rel[:, 0]) / np.where(vn > 0.0, vn, 1.0))[:, None]
+    kind, shape = inp.kind[body], inp.shape[body]
+    ia, ib = np.arange(k), np.arange(k, 2 * k)
+
+    def geometry(t):
+        tt = np.concatenate([t, t])[:, None]
+        X = x0 + tt * dx
+        Q = quaternion.normalize(quaternion.multiply(quaternion.from_rotation_vector(tt * phi), q0))
+        return X, pair_snsd_indexed(kind, shape, X, Q, ia, ib, tol=prm.geometry_tol, check=True)
+
+    lo, hi = np.zeros(k), np.ones(k)
+    for _ in range(steps):
+        mid = 0.5 * (lo + hi)
+        too_deep = geometry(mid)[1].sep < -0.5 * prm.row_depth_limit
+        hi = np.where(too_deep, mid, hi)
+        lo = np.where(too_deep, lo, mid)
+    X, g = geometry(lo)
+    r_i, r_j = g.p_i - X[ia], g.p_j - X[ib]
+    rest = (1.0 - lo)[:, None]
+    dp_i = rest * (dx[ia] + np.cross(phi[ia], r_i))
+    dp_j = rest * (dx[ib] + np.cross(phi[ib], r_j))
+    pred = g.sep + np.einsum("ij,ij->i", g.normal, dp_i - dp_j)
+    use = pred < -prm.overlap_tol
+    # the rows store lever arms (witness point - body centre); the table builds them from positions Xt
+    g.sep, g.p_i, g.p_j = pred, r_i + Xt[pa[deep]], r_j + Xt[pb[deep]]
+    if not np.any(use):
+        return sel, None
+    mask = np.zeros(len(pa), bool)
+    mask[deep[use]] = True
+    src = np.zeros(len(pa), np.int64)               # row of g for each offending pair (used where mask)
+    src[deep] = np.arange(k)
+    return g.take(src).where(mask, sel), mask
+
+
+def _append_level(inp, table, depth, sel, pa, pb, wsel, cw, Xt, Rt, axial, R_alt=None, not_carried=None):
     """Append the rows of recursion level ``depth``: one per offending pair (pa, pb) with its geometry ``sel``
     and per offending wall candidate ``cw`` (k, 2: body, wall) with ``wsel``, taken at the trial configuration
     (positions Xt, rotation matrices Rt).  With contact.carry_rows ``axial`` (the core parameters of the table's
     rows, (c, 2)) is returned extended by the new rows' (wall rows: none, see _carried_rows); None stays None.
     ``R_alt`` = (rotation matrices, mask of the pair rows taken there) when some rows were linearised at a
-    rotation-limited configuration (_limited_rotation)."""
+    rotation-limited configuration (_limited_rotation); ``not_carried`` (mask of the pair rows, or None) marks rows
+    taken along the step's path (_backed_off_rows), whose material points are not carried to the next step."""
     sub_counts = _next_sub(table, inp.gid[pa], inp.gid[pb], first=N_PAIR_SLOTS)
     table.append(**_rows(inp, sel, pa, pb, Xt, sub_counts, np.zeros(len(pa))), level=np.full(len(pa), depth))
     wb, ww = cw[:, 0], cw[:, 1]
@@ -595,6 +663,8 @@ def _append_level(inp, table, depth, sel, pa, pb, wsel, cw, Xt, Rt, axial, R_alt
         new[use] = np.stack([core_parameters(inp.kind, inp.shape, Xt, Ry, pa[use], sel.p_i[use], sel.normal[use], 1.0),
                              core_parameters(inp.kind, inp.shape, Xt, Ry, pb[use], sel.p_j[use], sel.normal[use],
                                              -1.0)], axis=1)
+    if not_carried is not None:
+        new[not_carried] = np.nan
     return np.concatenate([axial, new, np.full((len(wb), 2), np.nan)])
 
 
