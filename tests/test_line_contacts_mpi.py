@@ -63,14 +63,18 @@ def test_pinched_rods_solved_with_line_contacts_on_any_rank_count(hang_guard):
 
 
 @pytest.mark.mpi
-def test_pinched_rods_solved_by_rotation_limited_rows_on_any_rank_count(hang_guard):
+@pytest.mark.parametrize("depth_limit", [0.0, 0.05])
+def test_pinched_rods_solved_by_rotation_limited_rows_on_any_rank_count(hang_guard, depth_limit):
     """Without line contacts the first solve of the pinched bed turns rods by ~35 deg; rows appended at that trial
     make the grown LCP unsolvable for APGD (test above).  With contact.row_rotation_limit the same rows are
     linearised where no rod has turned more than the limit: APGD alone (no fallback) solves every level, the
-    recursion stays shallow, overlaps stay below overlap_tol, and 1, 2 and 4 ranks agree."""
+    recursion stays shallow, overlaps stay below overlap_tol, and 1, 2 and 4 ranks agree -- also with
+    contact.row_depth_limit, which takes the rows of deep trial overlaps along the step's path (it acts here:
+    tests/test_row_depth_limit.py)."""
     world = MPI.COMM_WORLD
     deck = pinched_bed(False, max_iter=5000)
     deck["contact"]["row_rotation_limit"] = 0.35
+    deck["contact"]["row_depth_limit"] = depth_limit
     ref, dref = run_sim(deck, comm=MPI.COMM_SELF)
     sim, diags = run_sim(deck, comm=world)
     for d in (dref, diags):

@@ -364,6 +364,7 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
     depth = 0
     iters_total = 0
     fallbacks = 0
+    n_backed = 0                     # rows taken along the step's path (contact.row_depth_limit), this rank
     max_trial_rot = 0.0
     history = []
     rank, size = comm.rank, comm.size
@@ -501,6 +502,7 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
             backed = None
             if prm.row_depth_limit > 0.0:                          # local: no collective
                 sel, backed = _backed_off_rows(inp, prm, Xt, Qt, pa[bad_p], pb[bad_p], tgeo.sep[bad_p], sel)
+                n_backed += 0 if backed is None else int(backed.sum())
             axial = _append_level(inp, table, depth, sel, pa[bad_p], pb[bad_p], wsel, cw[bad_w], Xt, Rt,
                                   axial if carry else None, R_alt=Ra, not_carried=backed)
             del sel, wsel, Ra, backed
@@ -512,12 +514,14 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
         if not grow:
             break
 
-    n_global, n_active = comm.allreduce(np.array([len(table), int(np.count_nonzero(gamma > 0))]))
+    n_global, n_active, n_backed = comm.allreduce(np.array([len(table), int(np.count_nonzero(gamma > 0)), n_backed]))
     diag = dict(constraints=int(n_global), active=int(n_active), depth=int(depth), iterations=int(iters_total),
                 max_overlap=float(max(0.0, -min_sep)) if np.isfinite(min_sep) else 0.0,
                 residual=float(max(history) if history else 0.0), trial_rotation=float(np.degrees(max_trial_rot)))
     if fallbacks:            # only then: the diagnostics of runs that never fall back keep their layout
         diag["fallback_solves"] = fallbacks
+    if prm.row_depth_limit > 0.0:
+        diag["backed_off_rows"] = int(n_backed)
     # next step's geometry hints: the latest normal of each body-pair row's pair (evaluated at the committed
     # configuration when the pair was in the last trial check); wall rows keep their own normal
     hint = table.normal.copy()
