@@ -5,6 +5,8 @@ vectors to the lab frame: v_lab = R(q) v_body.
 """
 import numpy as np
 
+from relcp_mpi.basics.rows import norm_rows
+
 
 def normalize(q):
     """Return q / |q| for q of shape (n, 4) (or (4,))."""
@@ -57,6 +59,15 @@ def from_rotation_vector(theta):
     small = ang < 1e-8
     s = np.where(small, 0.5 - ang * ang / 48.0, np.sin(half) / np.where(small, 1.0, ang))
     return np.concatenate([np.cos(half)[..., None], theta * s[..., None]], axis=-1)
+
+
+def rotation_vector_between(q_from, q_to):
+    """Rotation vectors (n, 3) d of the shortest rotations taking q_from (n, 4) to q_to (n, 4): q_to = exp(d) q_from
+    (angle |d| <= pi about d / |d|); from_rotation_vector(d) * q_from equals q_to up to sign and rounding."""
+    rel = multiply(q_to, q_from * np.array([1.0, -1.0, -1.0, -1.0]))
+    rel *= np.where(rel[:, :1] < 0.0, -1.0, 1.0)
+    vn = norm_rows(rel[:, 1:])
+    return rel[:, 1:] * (2.0 * np.arctan2(vn, rel[:, 0]) / np.where(vn > 0.0, vn, 1.0))[:, None]
 
 
 def integrate(q, omega, dt):

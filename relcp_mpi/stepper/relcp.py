@@ -566,11 +566,7 @@ def _limited_rotation(inp, prm, U_trial, ang, Xt, Qt, pa, pb, cw, sel, wsel):
     _, qg = inp.refresh(Xt[:n], ql)          # ghost orientations at Y (positions are the trial's)
     Ql = np.concatenate([ql, qg]) if len(qg) else ql
     Rl = quaternion.to_matrix(Ql)
-    # rotation vectors Y -> trial, d = 2 atan2(|v|, w) v / |v| of Qt conj(Ql) (w >= 0)
-    rel = quaternion.multiply(Qt, Ql * np.array([1.0, -1.0, -1.0, -1.0]))
-    rel *= np.where(rel[:, :1] < 0.0, -1.0, 1.0)
-    vn = norm_rows(rel[:, 1:])
-    d = rel[:, 1:] * (2.0 * np.arctan2(vn, rel[:, 0]) / np.where(vn > 0.0, vn, 1.0))[:, None]
+    d = quaternion.rotation_vector_between(Ql, Qt)          # rotation vectors Y -> trial
     geo = _pair_geometry(inp, Xt, Ql, pa, pb, prm.geometry_tol, hint=sel.normal, R=Rl)
     wgeo = _wall_geometry(inp, Xt, Ql, cw[:, 0], cw[:, 1], Rl)
     # each row's prediction of the trial separation from its linearisation about Y
@@ -608,10 +604,7 @@ def _backed_off_rows(inp, prm, Xt, Qt, pa, pb, tsep, sel, steps=8):
     body = np.concatenate([pa[deep], pb[deep]])           # pair p's bodies are entries p and k + p
     x0, q0 = inp.x0[body], inp.q0[body]
     dx = Xt[body] - x0
-    rel = quaternion.multiply(Qt[body], q0 * np.array([1.0, -1.0, -1.0, -1.0]))
-    rel *= np.where(rel[:, :1] < 0.0, -1.0, 1.0)
-    vn = norm_rows(rel[:, 1:])
-    phi = rel[:, 1:] * (2.0 * np.arctan2(vn, rel[:, 0]) / np.where(vn > 0.0, vn, 1.0))[:, None]
+    phi = quaternion.rotation_vector_between(q0, Qt[body])
     kind, shape = inp.kind[body], inp.shape[body]
     ia, ib = np.arange(k), np.arange(k, 2 * k)
 
