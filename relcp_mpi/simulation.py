@@ -70,7 +70,8 @@ class Simulation:
         self.state = state if state is not None else fresh_state(deck, self.comm)
         self.engine = StepEngine(deck, self.comm, self.state)
         log = (lambda msg: print(msg, flush=True)) if self.comm.rank == 0 else None
-        self.policy = StepPolicy(deck.time.max_halvings, deck.time.keep_halved_steps, log)
+        self.policy = StepPolicy(deck.time.max_halvings, deck.time.keep_halved_steps, log,
+                                 strict_retries=deck.contact.strict_retries)
         self.n_steps = deck.time.n_steps
         self.overlap_tol = deck.contact.overlap_tol
         self.name = deck.name

@@ -62,6 +62,7 @@ def summarize(rows):
                         mean_depth=float(np.mean([r["depth"] for r in rr])),
                         max_depth=int(max(r["depth"] for r in rr)),
                         halved_steps=int(sum(r["substeps"] > 1 for r in rr)),
+                        retried_steps=int(sum(int(r.get("strict_retries", 0)) > 0 for r in rr)),
                         max_overlap=float(max(r["max_overlap"] for r in rr)),
                         max_trial_rotation_deg=float(max(r["trial_rotation"] for r in rr)),
                         peak_rss_mib_max_rank=float(max(r["rss_max_mib"] for r in rr)),
@@ -70,11 +71,26 @@ def summarize(rows):
 
 
 def write_csv(path, rows, append=False):
+    """Write (or append) rows; appending to a CSV of an older version of this tool whose header lacks some of the
+    rows' columns rewrites it with the union of the columns (0 where a column was not recorded)."""
     if not rows:
         return
     exists = append and os.path.exists(path)
+    if exists:
+        with open(path, newline="") as fh:
+            header = next(csv.reader(fh), [])
+        missing = [k for k in rows[0] if k not in header]
+        if missing:
+            with open(path, newline="") as fh:
+                old = list(csv.DictReader(fh))
+            rows, exists = old + list(rows), False
+            fields = header + missing
+        else:
+            fields = header
+    else:
+        fields = list(rows[0])
     with open(path, "a" if exists else "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w = csv.DictWriter(fh, fieldnames=fields, restval=0)
         if not exists:
             w.writeheader()
         w.writerows(rows)
@@ -163,7 +179,8 @@ def main():
                    size_class=size_class(s.n_global), wall_s=wall, solves=solves,
                    iterations=d["iterations"], iters_per_solve=d["iterations"] / solves,
                    constraints=d["constraints"], active=d["active"], depth=d["depth"],
-                   substeps=d.get("substeps", 1), trial_rotation=d.get("trial_rotation", 0.0),
+                   substeps=d.get("substeps", 1), strict_retries=d.get("strict_retries", 0),
+                   trial_rotation=d.get("trial_rotation", 0.0),
                    max_overlap=d["max_overlap"], rss_max_mib=max(rss), rss_min_mib=min(rss))
         rows.append(row)
         if comm.rank == 0 and args.progress_every and s.step % args.progress_every == 0:
@@ -194,6 +211,7 @@ def main():
                 print(f"N={s['N']:6d}: {s['steps']:4d} steps, {s['wall_per_step_s']:.3f} s/step, "
                       f"{s['wall_per_cell_step_us']:.1f} us/cell-step, {s['iters_per_solve']:.0f} it/solve, "
                       f"rows {s['mean_rows']:.0f}, depth <= {s['max_depth']}, halved {s['halved_steps']}, "
+                      f"retried {s['retried_steps']}, "
                       f"overlap {s['max_overlap']:.2e}, rss {s['peak_rss_mib_max_rank']:.0f} MiB", flush=True)
         print("completed" if failed is None else f"FAILED at {failed}", flush=True)
     return 0 if failed is None else 1

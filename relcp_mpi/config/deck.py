@@ -31,7 +31,10 @@ Top-level sections (defaults in ``SCHEMA``)::
                appended rod-rod rows, see docs/ARCHITECTURE.md), gap_margin ([L], 0 <= gap_margin <=
                overlap_tol, default 0: every LCP row asks for a predicted gap >= gap_margin instead of >= 0;
                bodies at rest keep a gap of about gap_margin and fewer steps need another recursion level, see
-               docs/ARCHITECTURE.md)}
+               docs/ARCHITECTURE.md), strict_retries (int 0..8, default 0: a step whose LCP solve fails or
+               whose recursion reaches max_depth is redone at the same dt up to this many times with the
+               appended rows' limits row_rotation_limit / row_depth_limit halved (switched on when off), before
+               any dt halving; see relcp_mpi.driver.policy)}
     solver:   {method: a name of relcp_mpi.solver.registry (bbpgd, apgd, ipm, tao-<type>), tol, max_iter,
                options (the method's tunable options, e.g. {L_safety: 1.1} for apgd; the registry lists them),
                fallback (method tried on an LCP the first method fails on, default ipm; none = fail at once),
@@ -269,6 +272,7 @@ SCHEMA = {
         "row_depth_limit": (FLOAT, 0.0, _nonneg),
         "carry_rows": (BOOL, False, None),
         "gap_margin": (FLOAT, 0.0, _nonneg),
+        "strict_retries": (INT, 0, _int_range(0, 8)),
     },
     "solver": {
         "method": (STR, "bbpgd", _choice(*method_names())),

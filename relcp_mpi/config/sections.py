@@ -154,6 +154,7 @@ class ContactSection:
     row_depth_limit: float    # [L] pairs overlapping deeper at a trial get rows from along the step (0 = off)
     carry_rows: bool          # relcp: level 0 re-samples the previous step's appended rod-rod rows
     gap_margin: float         # [L] every LCP row asks for a predicted gap >= gap_margin (0 <= it <= overlap_tol)
+    strict_retries: int       # a failed step is redone up to this many times with stricter rows (driver.policy)
 
 
 @dataclass(frozen=True)

@@ -10,26 +10,80 @@ steps are made of 2^j sub-steps of dt/2^j from the start (a failed solve costs m
 growing, jamming packing the next step would most likely fail at the coarser dt again); after m steps in a
 row without a failure the level is lowered by one.  The level and the count are part of the run state
 (``state.policy``), so they are checkpointed and a restart continues with them.
+
+``contact.strict_retries = r > 0`` is tried first, before any halving: a failed step is undone and redone at the
+same dt up to r times, each time with the recursion's appended rows linearised closer to the start of the step
+(:func:`stricter_rows`: ``contact.row_rotation_limit`` and ``contact.row_depth_limit`` halved, or switched on
+when off).  The failures this answers are grown LCPs made unsolvable by rows taken at far-off trial
+configurations (docs/ARCHITECTURE.md, "Dense packings"); the step's guarantee is the same (every accepted
+configuration passes the trial check at ``overlap_tol``), only the rows differ.  A step that needed j retries
+reports ``diag['strict_retries'] = j``.
 """
+import dataclasses
+
 from relcp_mpi.solver.lcp import SolverError
 from relcp_mpi.stepper.relcp import RecursionDepthError
 
 STEP_FAILURES = (SolverError, RecursionDepthError)
 
+# the limits a strict retry starts from when the deck has them off: rows linearised where no body turned more
+# than 20 deg, and deep overlaps (beyond 100 overlap_tol) backed off along the step's path
+STRICT_ROTATION_LIMIT = 0.35        # [rad]
+STRICT_DEPTH_FACTOR = 100.0         # x overlap_tol [L]
+MIN_DEPTH_FACTOR = 4.0              # a depth limit below 4 overlap_tol would back off rows of ordinary overlaps
+
+
+def stricter_rows(params, attempt):
+    """The step parameters of strict retry ``attempt`` (1, 2, ...): ``row_rotation_limit`` theta -> theta / 2^a
+    (0 -> STRICT_ROTATION_LIMIT / 2^(a-1)) and ``row_depth_limit`` d -> max(d / 2^a, 4 overlap_tol)
+    (0 -> 100 overlap_tol / 2^(a-1), same floor)."""
+    a = int(attempt)
+    theta = params.row_rotation_limit
+    theta = theta / 2 ** a if theta > 0 else STRICT_ROTATION_LIMIT / 2 ** (a - 1)
+    tol = params.overlap_tol
+    d = params.row_depth_limit
+    d = d / 2 ** a if d > 0 else STRICT_DEPTH_FACTOR * tol / 2 ** (a - 1)
+    return dataclasses.replace(params, row_rotation_limit=theta, row_depth_limit=max(d, MIN_DEPTH_FACTOR * tol))
+
 
 class StepPolicy:
     """Carries out one step of ``state.dt`` with :meth:`relcp_mpi.driver.engine.StepEngine.single_step`."""
 
-    def __init__(self, max_halvings=0, keep_halved_steps=0, log=None):
+    def __init__(self, max_halvings=0, keep_halved_steps=0, log=None, strict_retries=0):
         self.max_halvings = int(max_halvings or 0)
         self.keep = int(keep_halved_steps or 0)
+        self.strict_retries = int(strict_retries or 0)
         self.log = log if log is not None else (lambda msg: None)
+
+    def _single(self, engine, st, dt, noise_key=None):
+        """``engine.single_step`` with up to ``strict_retries`` redos at stricter rows (same dt, same noise);
+        the last failure propagates.  Collective: failures are global decisions, so every rank retries."""
+        if self.strict_retries <= 0:
+            return engine.single_step(st, dt, noise_key=noise_key)
+        saved = st.copy()
+        base = engine.params
+        try:
+            for attempt in range(self.strict_retries + 1):
+                try:
+                    d = engine.single_step(st, dt, noise_key=noise_key)
+                    d["strict_retries"] = attempt
+                    return d
+                except STEP_FAILURES as exc:
+                    if attempt == self.strict_retries:
+                        raise
+                    engine.params = stricter_rows(base, attempt + 1)
+                    self.log(f"relcp-mpi: step {saved.step + 1}: {type(exc).__name__} at dt={dt:g}; redoing it "
+                             f"with stricter rows (row_rotation_limit {engine.params.row_rotation_limit:.4g} rad, "
+                             f"row_depth_limit {engine.params.row_depth_limit:.4g})")
+                    st.restore(saved)
+        finally:
+            engine.params = base
 
     def advance(self, engine, st):
         """One step of the deck's dt (collective); returns its diagnostics (merged over sub-steps)."""
         k = self.max_halvings
         if k <= 0:
-            return engine.single_step(st, st.dt)
+            return self._single(engine, st, st.dt)
         step0 = st.step
         diags = []
         failed = [False]
@@ -40,7 +94,7 @@ class StepPolicy:
             # its Brownian noise (physics/brownian.py refines the step's Brownian path by bisection)
             saved = st.copy()
             try:
-                diags.append(engine.single_step(st, dt, noise_key=(step0, level, index)))
+                diags.append(self._single(engine, st, dt, noise_key=(step0, level, index)))
             except STEP_FAILURES as exc:
                 if level >= k:
                     raise
@@ -64,6 +118,7 @@ class StepPolicy:
         d["depth"] = max(x["depth"] for x in diags)
         d["iterations"] = sum(x["iterations"] for x in diags)
         d["substeps"] = len(diags)
+        d["strict_retries"] = sum(x.get("strict_retries", 0) for x in diags)
         return d
 
     def _update_level(self, st, failed, deepest):

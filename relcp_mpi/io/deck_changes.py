@@ -59,7 +59,9 @@ ALLOWED = ("name", "time", "solver", "parallel", "output", "debug", "contact.ski
            # where appended rows are linearised (a configuration reachable in the step): guarantee unchanged
            "contact.row_rotation_limit", "contact.row_depth_limit",
            # a numerical target gap below overlap_tol, like solver.tol: the guarantee is unchanged
-           "contact.gap_margin")
+           "contact.gap_margin",
+           # how a failed step is redone (stricter rows, same guarantee), like time.max_halvings
+           "contact.strict_retries")
 UNKNOWN_WHY = "not known to be safe to change across a restart"
 
 
