@@ -24,7 +24,7 @@ import sysconfig
 
 NAME = "_kernels_aot"
 KERNEL_MODULES = ("relcp_mpi.geometry.ellipsoid_jit", "relcp_mpi.geometry.spherocylinder_jit",
-                  "relcp_mpi.contact.neighbors_jit", "relcp_mpi.solver.operator_jit")
+                  "relcp_mpi.contact.neighbors_jit", "relcp_mpi.solver.operator_jit", "relcp_mpi.solver.vector_jit")
 
 
 def _trampoline(fn, nargs):

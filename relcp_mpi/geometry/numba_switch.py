@@ -1,6 +1,7 @@
 """The switch of the optional compiled kernels: whether they are used, and which build of them.
 
-The compiled twins (``ellipsoid_jit``, ``spherocylinder_jit``, ``contact.neighbors_jit``, ``solver.operator_jit``)
+The compiled twins (``ellipsoid_jit``, ``spherocylinder_jit``, ``contact.neighbors_jit``, ``solver.operator_jit``,
+``solver.vector_jit``)
 replace numpy (or PETSc) kernels for large batches; every build gives the same bits as the path it replaces.
 Three backends, tried in this order:
 
@@ -27,7 +28,8 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 # the files the AOT module is built from: any edit of them makes an existing build stale
 AOT_SOURCES = (os.path.join(_HERE, "ellipsoid_jit.py"), os.path.join(_HERE, "spherocylinder_jit.py"),
                os.path.join(_HERE, os.pardir, "contact", "neighbors_jit.py"),
-               os.path.join(_HERE, os.pardir, "solver", "operator_jit.py"), os.path.join(_HERE, "aot_build.py"))
+               os.path.join(_HERE, os.pardir, "solver", "operator_jit.py"),
+               os.path.join(_HERE, os.pardir, "solver", "vector_jit.py"), os.path.join(_HERE, "aot_build.py"))
 
 HAVE_NUMBA = importlib.util.find_spec("numba") is not None
 HAVE_AOT_FILE = importlib.util.find_spec(AOT_MODULE) is not None

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from relcp_mpi.solver.base import (FusedReducer, LCPSolver, minmap_local, mpi_comm_of, start_projected_gradient,
-                                   work_vecs)
+from relcp_mpi.solver import vector_jit
+from relcp_mpi.solver.base import FusedReducer, LCPSolver, mpi_comm_of, start_projected_gradient, work_vecs
 from relcp_mpi.solver.divergence import StoppingTest
 
 __all__ = ["APGD", "estimate_lmax"]
@@ -76,7 +76,8 @@ class APGD(LCPSolver):
         g = st.vecs[0]
         G, XO, GO, GY = st.arrays   # g(x_k), x_{k-1}, g(x_{k-1}), g(y_k)
         Yv = np.empty_like(X)  # y_k
-        D = np.empty_like(X)
+        out = np.empty(4)      # the measured sums and the local residual of an iteration
+        project_step, measure, extrapolate, _ = vector_jit.kernels(X.shape[0])
         it = 0
         converged = res <= tol
         if converged:
@@ -93,25 +94,20 @@ class APGD(LCPSolver):
         n_backtrack = 0
         stop = StoppingTest(A, q, x, history, tol, divergence_every, divergence_factor)
         while it < max_iter:
-            XO[:] = X
-            GO[:] = G
             while True:
                 t = 1.0 / L
-                np.multiply(GY, -t, out=X)
-                X += Yv
-                np.maximum(X, 0.0, out=X)
+                # XO = x_k, GO = g(x_k); x = P(y - t g(y))  (one pass, solver/vector_jit.py)
+                project_step(X, G, Yv, GY, XO, GO, t)
                 x.stateIncrease()
                 A.mult(x, g)
-                G += Q
-                np.subtract(X, Yv, out=D)
-                dAd = D @ (G - GY)
-                dd = D @ D
-                rst = -(D @ (X - XO))
-                (dd, dAd, rst), (res,) = red.reduce([dd, dAd, rst], [minmap_local(X, G)])
+                measure(X, G, Q, Yv, GY, XO, out)     # G += q; d.d, d.(G - GY), -d.(X - XO), local residual
+                (dd, dAd, rst), (res,) = red.reduce([out[0], out[1], out[2]], [out[3]])
                 if dAd <= L * dd * (1.0 + 1e-10) or not np.isfinite(dAd):
                     break
                 L *= 2.0
                 n_backtrack += 1
+                X[:] = XO              # back to x_k, g(x_k) for the next trial step (project_step saves them again)
+                G[:] = GO
             it += 1
             if stop.done(it, res):
                 break
@@ -121,12 +117,7 @@ class APGD(LCPSolver):
             if restart and rst > 0.0:
                 theta, beta = 1.0, 0.0
             # y = x + beta (x - x_old); g(y) = g + beta (g - g_old) by linearity
-            np.subtract(X, XO, out=Yv)
-            Yv *= beta
-            Yv += X
-            np.subtract(G, GO, out=GY)
-            GY *= beta
-            GY += G
+            extrapolate(X, XO, G, GO, Yv, GY, beta)
         g.stateIncrease()
         return self.finish(A, q, x, g, converged=stop.converged, iterations=it, residual=res, history=history,
                            tol=tol, t=1.0 / L, mu=mu, raise_on_fail=raise_on_fail, reason=stop.reason)

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from relcp_mpi.solver.base import LCPSolver, minmap_local, start_projected_gradient
+from relcp_mpi.solver import vector_jit
+from relcp_mpi.solver.base import LCPSolver, start_projected_gradient
 from relcp_mpi.solver.divergence import StoppingTest
 
 __all__ = ["BBPGD"]
@@ -38,26 +39,20 @@ class BBPGD(LCPSolver):
         red, X, Q, res, history = st.red, st.X, st.Q, st.residual, st.history
         g = st.vecs[0]
         G, XO, GO = st.arrays
-        S = np.empty_like(X)
-        Y = np.empty_like(X)
+        out = np.empty(4)      # the measured sums and the local residual of an iteration
+        project_step, _, _, measure = vector_jit.kernels(X.shape[0])
         it = 0
         alpha = float(step0) if step0 else (1.0 / res if res > 0 else 1.0)
         stop = StoppingTest(A, q, x, history, tol, divergence_every, divergence_factor)
         t_last = 1.0
         while not stop.converged and it < max_iter:
             it += 1
-            XO[:] = X
-            GO[:] = G
-            np.multiply(GO, -alpha, out=X)
-            X += XO
-            np.maximum(X, 0.0, out=X)
+            project_step(X, G, X, G, XO, GO, alpha)      # XO = x, GO = g, x = P(x - alpha g) (vector_jit)
             x.stateIncrease()
             t_last = alpha
             A.mult(x, g)
-            G += Q
-            np.subtract(X, XO, out=S)
-            np.subtract(G, GO, out=Y)
-            (ss, sy, yy), (res,) = red.reduce([S @ S, S @ Y, Y @ Y], [minmap_local(X, G)])
+            measure(X, G, Q, XO, GO, out)        # G += q; s.s, s.y, y.y (s = x - XO, y = G - GO), residual
+            (ss, sy, yy), (res,) = red.reduce([out[0], out[1], out[2]], [out[3]])
             if stop.done(it, res):
                 break
             if sy > 0.0 and np.isfinite(sy):

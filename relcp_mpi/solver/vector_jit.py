@@ -1,0 +1,266 @@
+"""The vector work of one projected-gradient iteration (APGD, BBPGD) in fused passes, compiled, with numpy twins
+that give the same bits.
+
+Why: an iteration is one product with ``A`` and some twenty numpy passes over the local vectors (copies, the
+projected step, differences, three dot products, the min-map residual, the extrapolation).  Once the vectors no
+longer fit in the cache (a colony of 8,192 cells: 80k rows, 640 kB per vector) these passes cost as much as the
+product: 1.4 ms of a 2.9 ms APGD iteration on one rank (docs/BENCHMARKS.md, "Fused solver vectors").  Here they are
+three passes (APGD) or two (BBPGD), each reading every vector once.
+
+Arithmetic (a contract: tests/test_vector_jit.py compares every build with the numpy twins byte for byte):
+
+* element-wise results are the numpy expressions the solvers used before, operation by operation, no fused
+  multiply-add (numba_switch: no fastmath; the AOT build targets the generic CPU): the projected step
+  ``P(y + (-t) g)`` = ``max(fl(fl(g * (-t)) + y), 0)`` with ``np.maximum``'s rule (the first argument when it is
+  NaN or larger: ``max(-0.0, 0.0) = 0.0``), the extrapolation ``fl(fl(fl(x - x_old) * beta) + x)``;
+* each dot product is summed in four interleaved partial sums, element ``i`` into partial ``i mod 4`` (the tail
+  beyond the last multiple of four into partial 0), each partial sequentially from +0.0, combined as
+  ``(p0 + p1) + (p2 + p3)``: four independent dependency chains, so the compiled loop is not bound by the latency
+  of one addition chain, and a fixed order that numpy reproduces with ``np.add.accumulate`` (the numpy twins);
+* the min-map residual ``max_i |min(x_i, g_i)|`` is order-independent; NaN anywhere gives NaN, as numpy's.
+
+The dot products' order differs from BLAS ``ddot``'s (the solvers' numpy code before this module), so results
+changed at the rounding level once, with this module; they do not depend on the backend.
+"""
+import numpy as np
+
+from relcp_mpi.geometry.numba_switch import AVAILABLE, backend, compiled_entries, enabled
+
+MIN_LENGTH = 4096        # the JIT kernels serve vectors from this length (importing numba costs ~1 s per process)
+
+_JIT_NAMES = ("_project_step", "_apgd_measure", "_extrapolate", "_bb_measure")
+_ENTRIES = _JIT_NAMES
+AOT_SIGNATURES = {       # the entry points' types for the AOT build (geometry/aot_build.py)
+    "_project_step": "void(f8[::1], f8[::1], f8[::1], f8[::1], f8[::1], f8[::1], f8)",
+    "_apgd_measure": "void(f8[::1], f8[::1], f8[::1], f8[::1], f8[::1], f8[::1], f8[::1])",
+    "_extrapolate": "void(f8[::1], f8[::1], f8[::1], f8[::1], f8[::1], f8[::1], f8)",
+    "_bb_measure": "void(f8[::1], f8[::1], f8[::1], f8[::1], f8[::1], f8[::1])",
+}
+
+
+def _project_step(X, G, Y, GY, XO, GO, t):
+    """``XO = X; GO = G; X = P(Y - t GY)`` (all (n,)); ``Y``/``GY`` may be ``X``/``G`` themselves (BBPGD)."""
+    nt = -t
+    for i in range(X.shape[0]):
+        x = X[i]
+        g = G[i]
+        v = GY[i] * nt + Y[i]        # read before X[i], G[i] are written: Y may be X, GY may be G
+        XO[i] = x
+        GO[i] = g
+        X[i] = v if (v > 0.0 or v != v) else 0.0
+
+
+def _apgd_measure(X, G, Q, Y, GY, XO, out):
+    """``G += Q`` (G held ``A x``), then ``out = [d.d, d.(G - GY), -d.(X - XO), max |min(X, G)|]`` with
+    ``d = X - Y``; ``out`` (4,)."""
+    n = X.shape[0]
+    m = n - n % 4
+    a0 = a1 = a2 = a3 = 0.0      # d.d
+    b0 = b1 = b2 = b3 = 0.0      # d.(g - gy)
+    c0 = c1 = c2 = c3 = 0.0      # d.(x - xo)
+    res = 0.0
+    nan = False
+    for i in range(0, m, 4):
+        g = G[i] + Q[i]
+        G[i] = g
+        x = X[i]
+        d = x - Y[i]
+        a0 += d * d
+        b0 += d * (g - GY[i])
+        c0 += d * (x - XO[i])
+        r = abs(x if x < g else g)
+        res = r if r > res else res
+        nan = nan or x != x or g != g
+        g = G[i + 1] + Q[i + 1]
+        G[i + 1] = g
+        x = X[i + 1]
+        d = x - Y[i + 1]
+        a1 += d * d
+        b1 += d * (g - GY[i + 1])
+        c1 += d * (x - XO[i + 1])
+        r = abs(x if x < g else g)
+        res = r if r > res else res
+        nan = nan or x != x or g != g
+        g = G[i + 2] + Q[i + 2]
+        G[i + 2] = g
+        x = X[i + 2]
+        d = x - Y[i + 2]
+        a2 += d * d
+        b2 += d * (g - GY[i + 2])
+        c2 += d * (x - XO[i + 2])
+        r = abs(x if x < g else g)
+        res = r if r > res else res
+        nan = nan or x != x or g != g
+        g = G[i + 3] + Q[i + 3]
+        G[i + 3] = g
+        x = X[i + 3]
+        d = x - Y[i + 3]
+        a3 += d * d
+        b3 += d * (g - GY[i + 3])
+        c3 += d * (x - XO[i + 3])
+        r = abs(x if x < g else g)
+        res = r if r > res else res
+        nan = nan or x != x or g != g
+    for i in range(m, n):
+        g = G[i] + Q[i]
+        G[i] = g
+        x = X[i]
+        d = x - Y[i]
+        a0 += d * d
+        b0 += d * (g - GY[i])
+        c0 += d * (x - XO[i])
+        r = abs(x if x < g else g)
+        res = r if r > res else res
+        nan = nan or x != x or g != g
+    out[0] = (a0 + a1) + (a2 + a3)
+    out[1] = (b0 + b1) + (b2 + b3)
+    out[2] = -((c0 + c1) + (c2 + c3))
+    out[3] = np.nan if nan else res
+
+
+def _extrapolate(X, XO, G, GO, Y, GY, beta):
+    """``Y = X + beta (X - XO)``, ``GY = G + beta (G - GO)`` (all (n,))."""
+    for i in range(X.shape[0]):
+        x = X[i]
+        Y[i] = (x - XO[i]) * beta + x
+        g = G[i]
+        GY[i] = (g - GO[i]) * beta + g
+
+
+def _bb_measure(X, G, Q, XO, GO, out):
+    """``G += Q`` (G held ``A x``), then ``out = [s.s, s.y, y.y, max |min(X, G)|]`` with ``s = X - XO``,
+    ``y = G - GO``; ``out`` (4,)."""
+    n = X.shape[0]
+    m = n - n % 4
+    a0 = a1 = a2 = a3 = 0.0      # s.s
+    b0 = b1 = b2 = b3 = 0.0      # s.y
+    c0 = c1 = c2 = c3 = 0.0      # y.y
+    res = 0.0
+    nan = False
+    for i in range(0, m, 4):
+        g = G[i] + Q[i]
+        G[i] = g
+        x = X[i]
+        s = x - XO[i]
+        y = g - GO[i]
+        a0 += s * s
+        b0 += s * y
+        c0 += y * y
+        r = abs(x if x < g else g)
+        res = r if r > res else res
+        nan = nan or x != x or g != g
+        g = G[i + 1] + Q[i + 1]
+        G[i + 1] = g
+        x = X[i + 1]
+        s = x - XO[i + 1]
+        y = g - GO[i + 1]
+        a1 += s * s
+        b1 += s * y
+        c1 += y * y
+        r = abs(x if x < g else g)
+        res = r if r > res else res
+        nan = nan or x != x or g != g
+        g = G[i + 2] + Q[i + 2]
+        G[i + 2] = g
+        x = X[i + 2]
+        s = x - XO[i + 2]
+        y = g - GO[i + 2]
+        a2 += s * s
+        b2 += s * y
+        c2 += y * y
+        r = abs(x if x < g else g)
+        res = r if r > res else res
+        nan = nan or x != x or g != g
+        g = G[i + 3] + Q[i + 3]
+        G[i + 3] = g
+        x = X[i + 3]
+        s = x - XO[i + 3]
+        y = g - GO[i + 3]
+        a3 += s * s
+        b3 += s * y
+        c3 += y * y
+        r = abs(x if x < g else g)
+        res = r if r > res else res
+        nan = nan or x != x or g != g
+    for i in range(m, n):
+        g = G[i] + Q[i]
+        G[i] = g
+        x = X[i]
+        s = x - XO[i]
+        y = g - GO[i]
+        a0 += s * s
+        b0 += s * y
+        c0 += y * y
+        r = abs(x if x < g else g)
+        res = r if r > res else res
+        nan = nan or x != x or g != g
+    out[0] = (a0 + a1) + (a2 + a3)
+    out[1] = (b0 + b1) + (b2 + b3)
+    out[2] = (c0 + c1) + (c2 + c3)
+    out[3] = np.nan if nan else res
+
+
+# ---- numpy twins (the same bits) ------------------------------------------------------------------------------
+def dot4(a, b):
+    """``a.b`` summed as the compiled kernels sum it (module docstring): four interleaved sequential partial sums
+    from +0.0 (the tail into partial 0), combined as ``(p0 + p1) + (p2 + p3)``."""
+    t = a * b
+    n = t.shape[0]
+    m = n - n % 4
+    p = []
+    for k in range(4):
+        part = t[k:m:4] if k else np.concatenate([t[0:m:4], t[m:]])
+        # np.add.accumulate adds left to right; the leading +0.0 makes the first partial sum 0.0 + t_k, as the loop
+        p.append(np.add.accumulate(np.concatenate([[0.0], part]))[-1])
+    return (p[0] + p[1]) + (p[2] + p[3])
+
+
+def _minmap(X, G):
+    return float(np.abs(np.minimum(X, G)).max()) if X.shape[0] else 0.0
+
+
+def numpy_project_step(X, G, Y, GY, XO, GO, t):
+    v = GY * -t
+    v += Y
+    XO[:] = X
+    GO[:] = G
+    np.maximum(v, 0.0, out=X)
+
+
+def numpy_apgd_measure(X, G, Q, Y, GY, XO, out):
+    G += Q
+    d = X - Y
+    out[0] = dot4(d, d)
+    out[1] = dot4(d, G - GY)
+    out[2] = -dot4(d, X - XO)
+    out[3] = _minmap(X, G)
+
+
+def numpy_extrapolate(X, XO, G, GO, Y, GY, beta):
+    np.subtract(X, XO, out=Y)
+    Y *= beta
+    Y += X
+    np.subtract(G, GO, out=GY)
+    GY *= beta
+    GY += G
+
+
+def numpy_bb_measure(X, G, Q, XO, GO, out):
+    G += Q
+    s = X - XO
+    y = G - GO
+    out[0] = dot4(s, s)
+    out[1] = dot4(s, y)
+    out[2] = dot4(y, y)
+    out[3] = _minmap(X, G)
+
+
+NUMPY = (numpy_project_step, numpy_apgd_measure, numpy_extrapolate, numpy_bb_measure)
+
+
+def kernels(n):
+    """``(project_step, apgd_measure, extrapolate, bb_measure)`` for local vectors of length ``n``: the compiled
+    build when one is on (the JIT only from MIN_LENGTH), else the numpy twins -- the same bits either way."""
+    if AVAILABLE and enabled() and (backend() == "aot" or n >= MIN_LENGTH):
+        return compiled_entries(globals(), _JIT_NAMES, _ENTRIES)
+    return NUMPY
