@@ -28,8 +28,8 @@ from relcp_mpi.geometry.numba_switch import AVAILABLE, backend, compiled_entries
 
 MIN_LENGTH = 4096        # the JIT kernels serve vectors from this length (importing numba costs ~1 s per process)
 
-_JIT_NAMES = ("_project_step", "_apgd_measure", "_extrapolate", "_bb_measure")
-_ENTRIES = _JIT_NAMES
+_JIT_NAMES = ("_project_step", "_apgd_term", "_apgd_measure", "_extrapolate", "_bb_term", "_bb_measure")
+_ENTRIES = ("_project_step", "_apgd_measure", "_extrapolate", "_bb_measure")     # callees above come first
 AOT_SIGNATURES = {       # the entry points' types for the AOT build (geometry/aot_build.py)
     "_project_step": "void(f8[::1], f8[::1], f8[::1], f8[::1], f8[::1], f8[::1], f8)",
     "_apgd_measure": "void(f8[::1], f8[::1], f8[::1], f8[::1], f8[::1], f8[::1], f8[::1])",
@@ -50,71 +50,39 @@ def _project_step(X, G, Y, GY, XO, GO, t):
         X[i] = v if (v > 0.0 or v != v) else 0.0
 
 
+def _apgd_term(X, G, Q, Y, GY, XO, i, acc, k):
+    """Element i of :func:`_apgd_measure` into partial sums ``acc[:, k]``; returns ``|min(x_i, g_i)|`` (NaN when
+    either is NaN)."""
+    g = G[i] + Q[i]
+    G[i] = g
+    x = X[i]
+    d = x - Y[i]
+    acc[0, k] += d * d
+    acc[1, k] += d * (g - GY[i])
+    acc[2, k] += d * (x - XO[i])
+    return np.nan if (x != x or g != g) else abs(x if x < g else g)
+
+
 def _apgd_measure(X, G, Q, Y, GY, XO, out):
     """``G += Q`` (G held ``A x``), then ``out = [d.d, d.(G - GY), -d.(X - XO), max |min(X, G)|]`` with
     ``d = X - Y``; ``out`` (4,)."""
     n = X.shape[0]
     m = n - n % 4
-    a0 = a1 = a2 = a3 = 0.0      # d.d
-    b0 = b1 = b2 = b3 = 0.0      # d.(g - gy)
-    c0 = c1 = c2 = c3 = 0.0      # d.(x - xo)
+    acc = np.zeros((3, 4))       # d.d, d.(g - gy), d.(x - xo): four partial sums each
     res = 0.0
     nan = False
     for i in range(0, m, 4):
-        g = G[i] + Q[i]
-        G[i] = g
-        x = X[i]
-        d = x - Y[i]
-        a0 += d * d
-        b0 += d * (g - GY[i])
-        c0 += d * (x - XO[i])
-        r = abs(x if x < g else g)
-        res = r if r > res else res
-        nan = nan or x != x or g != g
-        g = G[i + 1] + Q[i + 1]
-        G[i + 1] = g
-        x = X[i + 1]
-        d = x - Y[i + 1]
-        a1 += d * d
-        b1 += d * (g - GY[i + 1])
-        c1 += d * (x - XO[i + 1])
-        r = abs(x if x < g else g)
-        res = r if r > res else res
-        nan = nan or x != x or g != g
-        g = G[i + 2] + Q[i + 2]
-        G[i + 2] = g
-        x = X[i + 2]
-        d = x - Y[i + 2]
-        a2 += d * d
-        b2 += d * (g - GY[i + 2])
-        c2 += d * (x - XO[i + 2])
-        r = abs(x if x < g else g)
-        res = r if r > res else res
-        nan = nan or x != x or g != g
-        g = G[i + 3] + Q[i + 3]
-        G[i + 3] = g
-        x = X[i + 3]
-        d = x - Y[i + 3]
-        a3 += d * d
-        b3 += d * (g - GY[i + 3])
-        c3 += d * (x - XO[i + 3])
-        r = abs(x if x < g else g)
-        res = r if r > res else res
-        nan = nan or x != x or g != g
+        for k in range(4):
+            r = _apgd_term(X, G, Q, Y, GY, XO, i + k, acc, k)
+            res = r if r > res else res
+            nan = nan or r != r
     for i in range(m, n):
-        g = G[i] + Q[i]
-        G[i] = g
-        x = X[i]
-        d = x - Y[i]
-        a0 += d * d
-        b0 += d * (g - GY[i])
-        c0 += d * (x - XO[i])
-        r = abs(x if x < g else g)
+        r = _apgd_term(X, G, Q, Y, GY, XO, i, acc, 0)
         res = r if r > res else res
-        nan = nan or x != x or g != g
-    out[0] = (a0 + a1) + (a2 + a3)
-    out[1] = (b0 + b1) + (b2 + b3)
-    out[2] = -((c0 + c1) + (c2 + c3))
+        nan = nan or r != r
+    out[0] = (acc[0, 0] + acc[0, 1]) + (acc[0, 2] + acc[0, 3])
+    out[1] = (acc[1, 0] + acc[1, 1]) + (acc[1, 2] + acc[1, 3])
+    out[2] = -((acc[2, 0] + acc[2, 1]) + (acc[2, 2] + acc[2, 3]))
     out[3] = np.nan if nan else res
 
 
@@ -127,76 +95,40 @@ def _extrapolate(X, XO, G, GO, Y, GY, beta):
         GY[i] = (g - GO[i]) * beta + g
 
 
+def _bb_term(X, G, Q, XO, GO, i, acc, k):
+    """Element i of :func:`_bb_measure` into partial sums ``acc[:, k]``; returns ``|min(x_i, g_i)|`` (NaN when
+    either is NaN)."""
+    g = G[i] + Q[i]
+    G[i] = g
+    x = X[i]
+    s = x - XO[i]
+    y = g - GO[i]
+    acc[0, k] += s * s
+    acc[1, k] += s * y
+    acc[2, k] += y * y
+    return np.nan if (x != x or g != g) else abs(x if x < g else g)
+
+
 def _bb_measure(X, G, Q, XO, GO, out):
     """``G += Q`` (G held ``A x``), then ``out = [s.s, s.y, y.y, max |min(X, G)|]`` with ``s = X - XO``,
     ``y = G - GO``; ``out`` (4,)."""
     n = X.shape[0]
     m = n - n % 4
-    a0 = a1 = a2 = a3 = 0.0      # s.s
-    b0 = b1 = b2 = b3 = 0.0      # s.y
-    c0 = c1 = c2 = c3 = 0.0      # y.y
+    acc = np.zeros((3, 4))       # s.s, s.y, y.y: four partial sums each
     res = 0.0
     nan = False
     for i in range(0, m, 4):
-        g = G[i] + Q[i]
-        G[i] = g
-        x = X[i]
-        s = x - XO[i]
-        y = g - GO[i]
-        a0 += s * s
-        b0 += s * y
-        c0 += y * y
-        r = abs(x if x < g else g)
-        res = r if r > res else res
-        nan = nan or x != x or g != g
-        g = G[i + 1] + Q[i + 1]
-        G[i + 1] = g
-        x = X[i + 1]
-        s = x - XO[i + 1]
-        y = g - GO[i + 1]
-        a1 += s * s
-        b1 += s * y
-        c1 += y * y
-        r = abs(x if x < g else g)
-        res = r if r > res else res
-        nan = nan or x != x or g != g
-        g = G[i + 2] + Q[i + 2]
-        G[i + 2] = g
-        x = X[i + 2]
-        s = x - XO[i + 2]
-        y = g - GO[i + 2]
-        a2 += s * s
-        b2 += s * y
-        c2 += y * y
-        r = abs(x if x < g else g)
-        res = r if r > res else res
-        nan = nan or x != x or g != g
-        g = G[i + 3] + Q[i + 3]
-        G[i + 3] = g
-        x = X[i + 3]
-        s = x - XO[i + 3]
-        y = g - GO[i + 3]
-        a3 += s * s
-        b3 += s * y
-        c3 += y * y
-        r = abs(x if x < g else g)
-        res = r if r > res else res
-        nan = nan or x != x or g != g
+        for k in range(4):
+            r = _bb_term(X, G, Q, XO, GO, i + k, acc, k)
+            res = r if r > res else res
+            nan = nan or r != r
     for i in range(m, n):
-        g = G[i] + Q[i]
-        G[i] = g
-        x = X[i]
-        s = x - XO[i]
-        y = g - GO[i]
-        a0 += s * s
-        b0 += s * y
-        c0 += y * y
-        r = abs(x if x < g else g)
+        r = _bb_term(X, G, Q, XO, GO, i, acc, 0)
         res = r if r > res else res
-        nan = nan or x != x or g != g
-    out[0] = (a0 + a1) + (a2 + a3)
-    out[1] = (b0 + b1) + (b2 + b3)
-    out[2] = (c0 + c1) + (c2 + c3)
+        nan = nan or r != r
+    out[0] = (acc[0, 0] + acc[0, 1]) + (acc[0, 2] + acc[0, 3])
+    out[1] = (acc[1, 0] + acc[1, 1]) + (acc[1, 2] + acc[1, 3])
+    out[2] = (acc[2, 0] + acc[2, 1]) + (acc[2, 2] + acc[2, 3])
     out[3] = np.nan if nan else res
 
 
