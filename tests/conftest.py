@@ -17,6 +17,18 @@ def rng():
     return np.random.default_rng(12345)
 
 
+@pytest.fixture(autouse=True)
+def _collect_together(request):
+    """After every MPI test, free the test's garbage on every rank at the same point: simulations and operators
+    left in reference cycles hold parallel PETSc objects, and freed by the garbage collector at rank-dependent
+    moments (one rank's allocations, e.g. an LCP diagnosis on rank 0, trigger it there alone) they left the
+    ranks with different PETSc garbage, and PetscFinalize (petsc4py 3.18) then waited forever in its cleanup."""
+    yield
+    if request.node.get_closest_marker("mpi") is not None:
+        import gc
+        gc.collect()
+
+
 @pytest.fixture
 def hang_guard(request):
     """A hang (e.g. a collective call one rank skipped) kills the process after the test module's HANG_TIMEOUT

@@ -20,6 +20,7 @@ configuration passes the trial check at ``overlap_tol``), only the rows differ. 
 reports ``diag['strict_retries'] = j``.
 """
 import dataclasses
+import gc
 
 from relcp_mpi.solver.lcp import SolverError
 from relcp_mpi.stepper.relcp import RecursionDepthError
@@ -31,6 +32,13 @@ STEP_FAILURES = (SolverError, RecursionDepthError)
 STRICT_ROTATION_LIMIT = 0.35        # [rad]
 STRICT_DEPTH_FACTOR = 100.0         # x overlap_tol [L]
 MIN_DEPTH_FACTOR = 4.0              # a depth limit below 4 overlap_tol would back off rows of ordinary overlaps
+
+
+def collect_failed_step():
+    """Free what a failed step left behind, now and on every rank (the caller is collective): its frames, kept by
+    the exception's traceback, hold parallel PETSc objects in reference cycles, and freed by the garbage collector
+    at rank-dependent moments they left PetscFinalize waiting forever for the other ranks' garbage cleanup."""
+    gc.collect()
 
 
 def stricter_rows(params, attempt):
@@ -71,11 +79,13 @@ class StepPolicy:
                 except STEP_FAILURES as exc:
                     if attempt == self.strict_retries:
                         raise
-                    engine.params = stricter_rows(base, attempt + 1)
-                    self.log(f"relcp-mpi: step {saved.step + 1}: {type(exc).__name__} at dt={dt:g}; redoing it "
-                             f"with stricter rows (row_rotation_limit {engine.params.row_rotation_limit:.4g} rad, "
-                             f"row_depth_limit {engine.params.row_depth_limit:.4g})")
-                    st.restore(saved)
+                    failure = type(exc).__name__
+                collect_failed_step()              # outside the except clause: the traceback is gone
+                engine.params = stricter_rows(base, attempt + 1)
+                self.log(f"relcp-mpi: step {saved.step + 1}: {failure} at dt={dt:g}; redoing it with stricter "
+                         f"rows (row_rotation_limit {engine.params.row_rotation_limit:.4g} rad, "
+                         f"row_depth_limit {engine.params.row_depth_limit:.4g})")
+                st.restore(saved)
         finally:
             engine.params = base
 
@@ -95,16 +105,19 @@ class StepPolicy:
             saved = st.copy()
             try:
                 diags.append(self._single(engine, st, dt, noise_key=(step0, level, index)))
+                return
             except STEP_FAILURES as exc:
                 if level >= k:
                     raise
-                self.log(f"relcp-mpi: step {step0 + 1}: {type(exc).__name__} at dt={dt:g}; redoing it as two "
-                         f"steps of dt={dt / 2:g}")
-                st.restore(saved)
-                failed[0] = True
-                deepest[0] = max(deepest[0], level + 1)
-                run(dt / 2, level + 1, 2 * index)
-                run(dt / 2, level + 1, 2 * index + 1)
+                failure = type(exc).__name__
+            collect_failed_step()                  # outside the except clause: the traceback is gone
+            self.log(f"relcp-mpi: step {step0 + 1}: {failure} at dt={dt:g}; redoing it as two steps of "
+                     f"dt={dt / 2:g}")
+            st.restore(saved)
+            failed[0] = True
+            deepest[0] = max(deepest[0], level + 1)
+            run(dt / 2, level + 1, 2 * index)
+            run(dt / 2, level + 1, 2 * index + 1)
 
         level = st.policy["level"] if self.keep > 0 else 0
         n = 2 ** level

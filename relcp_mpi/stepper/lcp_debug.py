@@ -16,6 +16,7 @@ Deck section ``debug`` (see :mod:`relcp_mpi.config.deck`)::
 
 Every function here is collective (called by all ranks in the same branch of the step).
 """
+import gc
 import os
 from dataclasses import dataclass
 
@@ -69,13 +70,8 @@ def on_solve(dbg, comm, D, inp, dt, table, gamma, depth, res):
         _save(dbg, data, depth, False)
 
 
-def on_failure(dbg, exc, comm, D, inp, dt, table, gamma, depth):
-    """A solve raised ``exc`` (SolverError) on every rank: dump the LCP and/or append a certificate verdict to
-    the error message (``exc.args``; also ``exc.lcp_report``, and ``exc.lcp_dump`` the dump path or None)."""
-    if dbg is None or not (dbg.dump_dir or dbg.check_on_fail):
-        return
-    info = dict(step=dbg.step, depth=depth, method=exc.method, residual=exc.residual, iterations=exc.iterations,
-                converged=False)
+def _diagnose(dbg, comm, D, inp, dt, table, gamma, depth, info):
+    """Gather the failed LCP on rank 0, dump and/or check it there; ``(report, path)`` on every rank."""
     data = _gather(comm, D, inp, dt, table, np.asarray(gamma, float), info)
     report, path = "", None
     if comm.rank == 0:
@@ -88,7 +84,26 @@ def on_failure(dbg, exc, comm, D, inp, dt, table, gamma, depth):
                 report = describe(check_dump(data, max_rows=dbg.check_rows), data)
         except Exception as e:  # noqa: BLE001
             report = f"(LCP diagnosis failed: {type(e).__name__}: {e})"
-    report, path = comm.bcast((report, path), root=0)
+    return comm.bcast((report, path), root=0)
+
+
+def on_failure(dbg, exc, comm, D, inp, dt, table, gamma, depth):
+    """A solve raised ``exc`` (SolverError) on every rank: dump the LCP and/or append a certificate verdict to
+    the error message (``exc.args``; also ``exc.lcp_report``, and ``exc.lcp_dump`` the dump path or None)."""
+    if dbg is None or not (dbg.dump_dir or dbg.check_on_fail):
+        return
+    info = dict(step=dbg.step, depth=depth, method=exc.method, residual=exc.residual, iterations=exc.iterations,
+                converged=False)
+    # the garbage collector is off meanwhile: the gathered LCP and its diagnosis allocate on rank 0 alone, and a
+    # collection triggered there alone would free parallel PETSc objects on one rank only (PetscFinalize then
+    # waits forever for the others' garbage cleanup, petsc4py 3.18)
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        report, path = _diagnose(dbg, comm, D, inp, dt, table, gamma, depth, info)
+    finally:
+        if was_on:
+            gc.enable()
     exc.lcp_report, exc.lcp_dump = report, path
     extra = (f"\nLCP of step {dbg.step}, level {depth}: {report}" if report else "") + \
         (f"\nLCP dumped to {path}" if path else "")

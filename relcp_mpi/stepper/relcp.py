@@ -415,6 +415,12 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
                 res, extra = _solve(A, gap_v, gv, prm)
             except SolverError as exc:           # every rank: dump / explain the failed LCP, then fail
                 lcp_debug.on_failure(prm.debug, exc, comm, D, inp, dt, table, gv.getArray(), depth)
+                # destroy the level's Vecs here, together on every rank: left to the garbage collector (the
+                # traceback holds this frame), parallel PETSc objects are freed at rank-dependent moments, and a
+                # step policy that goes on after the failure (dt halving, strict retries) then ended in a
+                # PetscFinalize that waited forever for the other ranks' garbage cleanup (petsc4py 3.18)
+                for v in (Uext_v, tmp, gap_v, gv):
+                    v.destroy()
                 raise
         if extra is not None:
             fallbacks += 1
