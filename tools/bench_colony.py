@@ -76,19 +76,15 @@ def write_csv(path, rows, append=False):
     if not rows:
         return
     exists = append and os.path.exists(path)
+    fields = list(rows[0])
     if exists:
         with open(path, newline="") as fh:
-            header = next(csv.reader(fh), [])
-        missing = [k for k in rows[0] if k not in header]
-        if missing:
-            with open(path, newline="") as fh:
-                old = list(csv.DictReader(fh))
-            rows, exists = old + list(rows), False
-            fields = header + missing
-        else:
-            fields = header
-    else:
-        fields = list(rows[0])
+            reader = csv.DictReader(fh)
+            header = list(reader.fieldnames or [])
+            missing = [k for k in fields if k not in header]
+            if missing:
+                rows, exists = list(reader) + list(rows), False
+        fields = header + missing
     with open(path, "a" if exists else "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=fields, restval=0)
         if not exists:

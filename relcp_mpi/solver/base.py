@@ -13,6 +13,7 @@ import numpy as np
 from relcp_mpi.petsc import get_petsc
 from relcp_mpi.solver import projection as _proj
 from relcp_mpi.solver.operator import any_rank
+from relcp_mpi.solver.vector_jit import minmap_local  # noqa: F401 (the solvers import it from here)
 
 PETSc = get_petsc()
 
@@ -189,13 +190,6 @@ def check_layout(A, q, x, comm):
     if any_rank(A.getComm(), not (x.getLocalSize() == nl and q.getLocalSize() == nl)):
         raise ValueError("solve_lcp: x and q must have the column layout of A (local size %d on this rank; "
                          "got x %d, q %d)" % (nl, x.getLocalSize(), q.getLocalSize()))
-
-
-def minmap_local(X, G):
-    """Local ``||min(X, G)||_inf`` = ``||X - max(X - G, 0)||_inf`` for X >= 0 (0 for empty arrays)."""
-    if X.size == 0:
-        return 0.0
-    return float(np.abs(np.minimum(X, G)).max())
 
 
 def minmap_residual(A, q, x):

@@ -147,8 +147,12 @@ def dot4(a, b):
     return (p[0] + p[1]) + (p[2] + p[3])
 
 
-def _minmap(X, G):
-    return float(np.abs(np.minimum(X, G)).max()) if X.shape[0] else 0.0
+def minmap_local(X, G):
+    """Local ``||min(X, G)||_inf`` = ``||X - max(X - G, 0)||_inf`` for X >= 0 (0 for empty arrays); the numpy twins'
+    residual, and every LCP solver's (solver/base.py)."""
+    if X.size == 0:
+        return 0.0
+    return float(np.abs(np.minimum(X, G)).max())
 
 
 def numpy_project_step(X, G, Y, GY, XO, GO, t):
@@ -165,7 +169,7 @@ def numpy_apgd_measure(X, G, Q, Y, GY, XO, out):
     out[0] = dot4(d, d)
     out[1] = dot4(d, G - GY)
     out[2] = -dot4(d, X - XO)
-    out[3] = _minmap(X, G)
+    out[3] = minmap_local(X, G)
 
 
 def numpy_extrapolate(X, XO, G, GO, Y, GY, beta):
@@ -184,7 +188,7 @@ def numpy_bb_measure(X, G, Q, XO, GO, out):
     out[0] = dot4(s, s)
     out[1] = dot4(s, y)
     out[2] = dot4(y, y)
-    out[3] = _minmap(X, G)
+    out[3] = minmap_local(X, G)
 
 
 NUMPY = (numpy_project_step, numpy_apgd_measure, numpy_extrapolate, numpy_bb_measure)
