@@ -39,7 +39,9 @@ Top-level sections (defaults in ``SCHEMA``)::
                options (the method's tunable options, e.g. {L_safety: 1.1} for apgd; the registry lists them),
                fallback (method tried on an LCP the first method fails on, default ipm; none = fail at once),
                petsc_options: [str]}
-    parallel: {decomposition: cartesian|rcb, rebalance_every, imbalance_threshold}
+    parallel: {decomposition: cartesian|rcb, rebalance_every, imbalance_threshold, body_order: spatial|gid (the
+               order of a rank's bodies in memory during a step: along a Morton curve (default) or by id;
+               the same physics, the rounding of sums differs; see relcp_mpi.bodies.order)}
     output:   {directory, trajectory_every, format: hdf5 | gsd | [hdf5, gsd] (trajectory files <name>.h5 (+ .xdmf)
                and/or <name>.gsd; normalised to a list), checkpoint_every, keep_checkpoints, progress_every,
                restart}
@@ -286,6 +288,7 @@ SCHEMA = {
         "decomposition": (STR, "cartesian", _choice("cartesian", "rcb")),
         "rebalance_every": (INT, 0, _int_range(0, MAX_STEPS)),
         "imbalance_threshold": (FLOAT, 1.25, _pos),
+        "body_order": (STR, "spatial", _choice("spatial", "gid")),
     },
     "output": {
         "directory": (STR, None, None),

@@ -172,6 +172,7 @@ class ParallelSection:
     decomposition: str        # cartesian | rcb
     rebalance_every: int      # steps (0: never)
     imbalance_threshold: float
+    body_order: str           # spatial | gid: order of a rank's bodies in memory (relcp_mpi.bodies.order)
 
 
 @dataclass(frozen=True)

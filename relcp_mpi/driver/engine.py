@@ -5,7 +5,8 @@
 1. rebalance (RCB, when due), grow and divide cells (growth acts at the start of the step, so the step's LCP
    resolves the new overlaps);
 2. :meth:`StepEngine.prepare`: migrate bodies (the warm-start rows travel with their body gid_i) to the rank
-   owning their centre, number the body rows of D (exscan), exchange ghosts;
+   owning their centre, order them along a space-filling curve for the step (``parallel.body_order``; id
+   order again after it), number the body rows of D (exscan), exchange ghosts;
 3. mobility blocks and unconstrained velocity U_ext = M F_ext + U_imposed (+ the Brownian velocity
    sqrt(2 kT / dt) M^{1/2} Z when ``fluid.kT`` > 0, :mod:`relcp_mpi.physics.brownian`; + the imposed background
    flow, deck section ``flow``, :mod:`relcp_mpi.physics.flow`) of owned bodies;
@@ -21,6 +22,7 @@ import dataclasses
 import numpy as np
 from mpi4py import MPI
 
+from relcp_mpi.bodies.order import spatial_order
 from relcp_mpi.bodies.shapes import bounding_radius
 from relcp_mpi.bodies.store import BodyStore
 from relcp_mpi.contact.neighbors import candidate_pairs, wall_candidates
@@ -71,6 +73,7 @@ class StepEngine:
         self.rcb = par.decomposition == "rcb"
         self.rebalance_every = par.rebalance_every
         self.imbalance_threshold = par.imbalance_threshold
+        self.spatial_order = par.body_order == "spatial"
         self.seed = deck.seed
         self.params = StepParams(dt=state.dt, overlap_tol=c.overlap_tol, skin=state.skin, max_depth=c.max_depth,
                                  model=c.model, ms_resolution=c.ms_resolution, method=s.method, tol=s.tol,
@@ -89,6 +92,8 @@ class StepEngine:
         self.ghost_shift = None
         self.contact_force = None
         self._last_rows = None          # (table, gamma, n_owned, row, row_starts) of the last step: stresslets
+        self._to_gid = None             # permutation from the step's body order back to id order (or None)
+        self._stresslet_order = None    # the same, for the last step's stresslets (or None: already id order)
         self.flow = ImposedFlow.from_deck(deck)     # None without a flow section
 
     def free(self):
@@ -102,7 +107,8 @@ class StepEngine:
         if self._last_rows is None:
             return np.zeros((n_owned, 3, 3))
         table, gamma, n, row, row_starts = self._last_rows
-        return body_stresslets(table, gamma, n, row, row_starts, self.comm)
+        out = body_stresslets(table, gamma, n, row, row_starts, self.comm)
+        return out if self._stresslet_order is None else out[self._stresslet_order]
 
     # ------------------------------------------------------------------------------------------------
     def _rebalance_if_needed(self, st):
@@ -124,6 +130,14 @@ class StepEngine:
         with self.timer.stage("migrate"):
             self._route_warm_with_bodies(st)
             st.bodies = migrate(st.bodies, st.decomp, comm, offset=st.shear_offset)
+            self._to_gid = None
+            if self.spatial_order:
+                # D's columns and the solver's body vectors follow this order: bodies near in space near in
+                # memory (relcp_mpi.bodies.order); a function of positions and ids only, so restarts agree.
+                # Between steps the bodies are in id order again (_restore_gid_order).
+                perm = spatial_order(st.bodies.x, st.bodies.gid)
+                st.bodies = st.bodies.take(perm)
+                self._to_gid = np.argsort(perm)
         b = st.bodies
         n = len(b)
         offset = comm.exscan(n) or 0
@@ -135,6 +149,19 @@ class StepEngine:
         self.ghosts = ghosts
         self._decomp = st.decomp
         return b, ghosts
+
+    def _restore_gid_order(self, st):
+        """Put the owned bodies back in id order after a step (and with them the step's per-body arrays):
+        ``sim.bodies`` and the writers see bodies sorted by gid between steps, whatever order the step used."""
+        back, self._to_gid = self._to_gid, None
+        if back is None:
+            return
+        st.bodies = st.bodies.take(back)
+        if st.work is not None and len(st.work) == len(back):
+            st.work = st.work[back]
+        if self.contact_force is not None and len(self.contact_force) == len(back):
+            self.contact_force = self.contact_force[back]
+        self._stresslet_order = back
 
     def _route_warm_with_bodies(self, st):
         """Send warm-start rows to the rank that will own body gid_i after migration (collective).
@@ -198,6 +225,7 @@ class StepEngine:
         wbad = wgeo.sep < -tol
         msgs += [f"body {int(b.gid[i])} penetrates wall {int(w)} by {-s:.3e}"
                  for i, w, s in zip(wb[wbad][:5], ww[wbad][:5], wgeo.sep[wbad][:5])]
+        self._restore_gid_order(st)
         return [m for part in self.comm.allgather(msgs) for m in part][:10]
 
     def single_step(self, st, dt, noise_key=None):
@@ -211,6 +239,7 @@ class StepEngine:
         # them now rather than carry the whole constraint table through the new step (8.5 MiB on n8000c), and
         # the last D with them (StepWorkspace.release_D)
         self._last_rows = None
+        self._stresslet_order = None
         self.workspace.release_D()
         self._rebalance_if_needed(st)
         if self.has_growth:
@@ -258,6 +287,7 @@ class StepEngine:
         # new warm-start table is built: while that is built the old one is still held (by inp too)
         stress = step_stress_diagnostics(res.table, res.gamma, inp.x0, self.box.lengths, comm)
         st.warm = res.warm_table()
+        self._restore_gid_order(st)
         st.step += 1
         st.time += dt
         diag = dict(res.diagnostics)
