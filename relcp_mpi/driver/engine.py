@@ -150,18 +150,18 @@ class StepEngine:
         self._decomp = st.decomp
         return b, ghosts
 
-    def _restore_gid_order(self, st):
-        """Put the owned bodies back in id order after a step (and with them the step's per-body arrays):
-        ``sim.bodies`` and the writers see bodies sorted by gid between steps, whatever order the step used."""
+    def _restore_gid_order(self, st, step_results=True):
+        """Put the owned bodies back in id order after a step (with ``step_results``: and the step's per-body
+        arrays: work weights, contact forces, stresslets), so that ``sim.bodies`` and the writers see bodies
+        sorted by gid between steps, whatever order the step used."""
         back, self._to_gid = self._to_gid, None
         if back is None:
             return
         st.bodies = st.bodies.take(back)
-        if st.work is not None and len(st.work) == len(back):
+        if step_results:
             st.work = st.work[back]
-        if self.contact_force is not None and len(self.contact_force) == len(back):
             self.contact_force = self.contact_force[back]
-        self._stresslet_order = back
+            self._stresslet_order = back
 
     def _route_warm_with_bodies(self, st):
         """Send warm-start rows to the rank that will own body gid_i after migration (collective).
@@ -225,7 +225,7 @@ class StepEngine:
         wbad = wgeo.sep < -tol
         msgs += [f"body {int(b.gid[i])} penetrates wall {int(w)} by {-s:.3e}"
                  for i, w, s in zip(wb[wbad][:5], ww[wbad][:5], wgeo.sep[wbad][:5])]
-        self._restore_gid_order(st)
+        self._restore_gid_order(st, step_results=False)
         return [m for part in self.comm.allgather(msgs) for m in part][:10]
 
     def single_step(self, st, dt, noise_key=None):
