@@ -22,7 +22,6 @@ import dataclasses
 import numpy as np
 from mpi4py import MPI
 
-from relcp_mpi.bodies.order import spatial_order
 from relcp_mpi.bodies.shapes import bounding_radius
 from relcp_mpi.bodies.store import BodyStore
 from relcp_mpi.contact.neighbors import candidate_pairs, wall_candidates
@@ -129,15 +128,12 @@ class StepEngine:
         comm = self.comm
         with self.timer.stage("migrate"):
             self._route_warm_with_bodies(st)
-            st.bodies = migrate(st.bodies, st.decomp, comm, offset=st.shear_offset)
-            self._to_gid = None
-            if self.spatial_order:
-                # D's columns and the solver's body vectors follow this order: bodies near in space near in
-                # memory (relcp_mpi.bodies.order); a function of positions and ids only, so restarts agree.
-                # Between steps the bodies are in id order again (_restore_gid_order).
-                perm = spatial_order(st.bodies.x, st.bodies.gid)
-                st.bodies = st.bodies.take(perm)
-                self._to_gid = np.argsort(perm)
+            # with body_order spatial, D's columns and the solver's body vectors follow a Morton curve: bodies near
+            # in space near in memory (relcp_mpi.bodies.order); a function of positions and ids only, so restarts
+            # agree.  Between steps the bodies are in id order again (_restore_gid_order).
+            st.bodies = migrate(st.bodies, st.decomp, comm, offset=st.shear_offset,
+                                order="spatial" if self.spatial_order else "gid")
+            self._to_gid = np.argsort(st.bodies.gid) if self.spatial_order else None
         b = st.bodies
         n = len(b)
         offset = comm.exscan(n) or 0
