@@ -83,6 +83,16 @@ def test_the_step_uses_the_spatial_order_and_ids_come_back_between_steps(tmp_pat
     assert np.array_equal(sim.bodies.gid, np.sort(sim.bodies.gid))  # id order after the step
 
 
+def test_a_failed_step_leaves_the_bodies_in_id_order():
+    # the pinched bed without line contacts: APGD fails on a grown LCP (no fallback), the exception propagates
+    from relcp_mpi.simulation import Simulation
+    from relcp_mpi.solver.lcp import SolverError
+    sim = Simulation.from_deck(pinched_bed(False, max_iter=1500), comm=SELF)
+    with pytest.raises(SolverError):
+        sim.run(4, writers=[])
+    assert np.array_equal(sim.bodies.gid, np.sort(sim.bodies.gid))
+
+
 def test_same_physics_in_either_order():
     a, da = run_sim(_bed("spatial"), comm=SELF)
     b, db = run_sim(_bed("gid"), comm=SELF)

@@ -1,6 +1,6 @@
 """One time step of a ReLCP run, applied to a :class:`relcp_mpi.state.RunState` (collective).
 
-:meth:`StepEngine.single_step` is the data flow of a step:
+:meth:`StepEngine.single_step` (its body :meth:`StepEngine._advance`) is the data flow of a step:
 
 1. rebalance (RCB, when due), grow and divide cells (growth acts at the start of the step, so the step's LCP
    resolves the new overlaps);
@@ -225,6 +225,15 @@ class StepEngine:
         return [m for part in self.comm.allgather(msgs) for m in part][:10]
 
     def single_step(self, st, dt, noise_key=None):
+        """One step of ``dt`` [T] (collective): :meth:`_advance`.  A step that fails (the exception propagates)
+        leaves the owned bodies in id order too, as the step found them (after growth), not committed."""
+        try:
+            return self._advance(st, dt, noise_key)
+        except BaseException:
+            self._restore_gid_order(st, step_results=False)
+            raise
+
+    def _advance(self, st, dt, noise_key=None):
         """One step of ``dt`` [T] (collective): advances ``st`` in place; returns the step's diagnostics
         (constraints, active, depth, iterations, max_overlap, residual, collision stress: pressure and stress_<ij>
         [F/L^2], and imbalance once measured).  ``noise_key`` = (step, level, index): the Brownian noise of
