@@ -86,7 +86,10 @@ class BodyStore:
         return BodyStore(**{f: a.copy() for f, a in self.arrays().items()})
 
     def take(self, idx):
-        """New store with the bodies selected by an index array or boolean mask."""
+        """New store with the bodies selected by an index array or boolean mask (not a slice: the new store's
+        arrays must be copies, fancy indexing makes them)."""
+        if isinstance(idx, slice):
+            idx = np.arange(self.n)[idx]
         return BodyStore._adopt({f: a[idx] for f, a in self.arrays().items()})
 
     @staticmethod
