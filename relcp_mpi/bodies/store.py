@@ -47,6 +47,12 @@ def _width(tshape):
 
 PACK_WIDTH = sum(_width(t) for _, t in FIELDS.values())
 
+# name -> slice of that field's columns in a packed row (pack / unpack / BodyStore.pack_columns)
+_COLUMNS, _c = {}, 0
+for _name, (_, _tshape) in FIELDS.items():
+    _COLUMNS[_name] = slice(_c, _c + _width(_tshape))
+    _c += _width(_tshape)
+
 
 class BodyStore:
     """Owned (or ghost) bodies of one rank as parallel numpy arrays."""
@@ -105,12 +111,7 @@ class BodyStore:
     @staticmethod
     def pack_columns(name):
         """Slice of the columns of field ``name`` in the rows of :meth:`pack`."""
-        c = 0
-        for f, (_, tshape) in FIELDS.items():
-            if f == name:
-                return slice(c, c + _width(tshape))
-            c += _width(tshape)
-        raise KeyError(name)
+        return _COLUMNS[name]
 
     @staticmethod
     def concatenate(stores):
@@ -138,12 +139,10 @@ class BodyStore:
     def unpack(buf):
         """Inverse of :meth:`pack`."""
         buf = np.asarray(buf, dtype=np.float64).reshape(-1, PACK_WIDTH)
-        out, c = {}, 0
+        out = {}
         for name, (dtype, tshape) in FIELDS.items():
-            w = _width(tshape)
-            col = buf[:, c:c + w]
+            col = buf[:, _COLUMNS[name]]
             if np.issubdtype(dtype, np.integer):
                 col = np.rint(col)
             out[name] = col.astype(dtype).reshape((-1,) + tshape)
-            c += w
         return BodyStore._adopt(out)
