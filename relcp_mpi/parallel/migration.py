@@ -46,38 +46,93 @@ def migrate(bodies, decomp, comm, check=True, offset=0.0, order="gid"):
     Positions are wrapped into the box on periodic axes first (ids are kept; with Lees--Edwards boundaries
     ``decomp.box.shear`` a body wrapped along the gradient axis moves by the image ``offset`` [L] along the
     flow axis and its velocity by the images' velocity jump, :meth:`Box.wrap_with_velocity`).  Collective: all
-    ranks must call it.  With ``check`` (default) the global id multiset is verified (one extra
-    Alltoallv of two ints per body and an allreduce); problems raise :class:`MigrationError` on
-    every rank naming the offending ids.  Non-finite positions always raise (collectively).
+    ranks must call it.  Only the bodies that change rank are packed and sent; the others are gathered straight
+    into the new store (one copy of every field, in the final order).
+
+    ``check``: ``True`` / ``"full"`` (default) verifies the global id multiset exactly (one extra Alltoallv of two
+    ints per body and an allreduce); ``"fast"`` compares a 64-bit fingerprint of the ids before and after (sums
+    of a mixing hash, one allreduce) and the local uniqueness of the received ids, and runs the exact check only
+    when one of them fails -- the stepper's per-step mode: it catches lost, duplicated or spurious bodies of the
+    exchange itself and any duplicate within a rank, but not two copies of an id that sit on two ranks before the
+    call and do not move (the full check of the run's first migration and of every restart rules those out);
+    ``False``: no check.  Problems raise :class:`MigrationError` on every rank naming the offending ids.
+    Non-finite positions always raise (collectively).
     """
     from mpi4py import MPI
-    size = comm.Get_size()
-    b = bodies.copy()
-    if decomp.box.shear is not None and b.n:
-        b.x, b.u = decomp.box.wrap_with_velocity(b.x, b.u, offset)
-    else:
-        b.x = decomp.box.wrap(b.x) if b.n else b.x
-    finite = np.all(np.isfinite(b.x), axis=1) if b.n else np.ones(0, dtype=bool)
+    size, rank = comm.Get_size(), comm.Get_rank()
+    fields = bodies.arrays()
+    if decomp.box.shear is not None and bodies.n:
+        fields["x"], fields["u"] = decomp.box.wrap_with_velocity(bodies.x, bodies.u, offset)
+    elif bodies.n:
+        fields["x"] = decomp.box.wrap(bodies.x)
+    x = fields["x"]
+    finite = np.all(np.isfinite(x), axis=1) if bodies.n else np.ones(0, dtype=bool)
     nbad = np.array([int(np.count_nonzero(~finite))], dtype=np.int64)
     comm.Allreduce(MPI.IN_PLACE, nbad, op=MPI.SUM)
     if nbad[0]:
-        bad = comm.allgather(b.gid[~finite][:_MAX_LISTED])
+        bad = comm.allgather(bodies.gid[~finite][:_MAX_LISTED])
         bad = np.concatenate(bad)
         raise MigrationError(f"migrate: {int(nbad[0])} bodies have non-finite positions "
                              f"(gids {_fmt_ids(bad)})")
-    dest = decomp.owner(b.x)
-    recv = exchange_rows(pack_rows(b), dest, comm)
-    # order the received rows before unpacking them: one permutation of the packed rows instead of a second
-    # copy of every field
-    gid = np.rint(recv[:, BodyStore.pack_columns("gid")][:, 0]).astype(np.int64)
+    dest = np.asarray(decomp.owner(x), dtype=np.int64) if bodies.n else np.zeros(0, np.int64)
+    stay = np.flatnonzero(dest == rank)
+    movers = np.flatnonzero(dest != rank)
+    send = BodyStore._adopt({f: a[movers] for f, a in fields.items()}).pack() if len(movers) else \
+        np.zeros((0, PACK_WIDTH), np.float64)
+    recv = exchange_rows(send, dest[movers], comm)
+    got = BodyStore.unpack(recv).arrays()
+    # the new store: the staying bodies, then the received ones, put in order by one gather per field
+    ns = len(stay)
+    gid = np.concatenate([fields["gid"][stay], got["gid"]])
     if order == "spatial":
-        perm = spatial_order(recv[:, BodyStore.pack_columns("x")], gid)
+        perm = spatial_order(np.concatenate([x[stay], got["x"]]), gid)
     else:
         perm = np.argsort(gid, kind="stable")
-    out = BodyStore.unpack(recv[perm])
-    if check:
-        _check_ids(b.gid, out.gid, comm, size)
+    if len(recv) == 0:
+        out = BodyStore._adopt({f: a[stay[perm]] for f, a in fields.items()})
+    else:
+        src = np.concatenate([stay, np.full(len(recv), -1, np.int64)])[perm]
+        mine = src >= 0
+        theirs = perm[~mine] - ns
+        arrays = {}
+        for f, a in fields.items():
+            o = np.empty((len(perm),) + a.shape[1:], dtype=a.dtype)
+            o[mine] = a[src[mine]]
+            o[~mine] = got[f][theirs]
+            arrays[f] = o
+        out = BodyStore._adopt(arrays)
+    if check == "fast":
+        _check_fast(bodies.gid, out.gid, out.gid if order != "spatial" else None, comm, size)
+    elif check:
+        _check_ids(bodies.gid, out.gid, comm, size)
     return out
+
+
+def _fingerprint(ids):
+    """Sum (mod 2**64) of a mixing hash of int64 ids (splitmix64's finaliser): equal for equal multisets, and
+    for different ones only by a 2**-64 accident."""
+    z = ids.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+    return int(np.sum(z, dtype=np.uint64))
+
+
+def _check_fast(pre, post, post_sorted, comm, size):
+    """Collective ``check="fast"`` of :func:`migrate`: the exact check only if the id fingerprints before and
+    after differ globally or a rank holds an id twice.  ``post_sorted``: ``post`` in increasing order when the
+    caller has it (else it is sorted here)."""
+    from mpi4py import MPI
+    s = np.sort(post) if post_sorted is None else post_sorted
+    dup = int(np.count_nonzero(s[1:] == s[:-1])) if len(s) > 1 else 0
+    with np.errstate(over="ignore"):
+        mine = np.array([_fingerprint(np.asarray(pre, np.int64)), _fingerprint(np.asarray(post, np.int64)), dup],
+                        dtype=np.uint64)
+    tot = np.zeros(3, dtype=np.uint64)
+    comm.Allreduce(mine, tot, op=MPI.SUM)      # sums mod 2**64, the same on every rank
+    if tot[2] or tot[0] != tot[1]:
+        _check_ids(pre, post, comm, size)
+        raise MigrationError("migrate: the body ids changed in the exchange (id fingerprints differ)")
 
 
 def _check_ids(pre, post, comm, size):
