@@ -127,7 +127,6 @@ class Simulation:
 
     # ------------------------------------------------------------------------------------------------
     # read access (the run state lives in self.state)
-    bodies = _from_state("bodies", "this rank's bodies (BodyStore, sorted by gid after each step)")
     step = _from_state("step", "steps done")
     time = _from_state("time", "simulated time [T]")
     dt = _from_state("dt", "the deck's time step [T]")
@@ -136,6 +135,12 @@ class Simulation:
     skin = _from_state("skin", "neighbour-search skin [L]")
     n_rebalances = _from_state("n_rebalances", "RCB rebalances so far")
     warm = _from_state("warm", "warm-start table (keys, values) of the last step", settable=True)
+
+    @property
+    def bodies(self):
+        """This rank's bodies (BodyStore), sorted by gid (the stepper may leave them in another order between
+        steps: they are sorted here when they are not)."""
+        return self.engine.id_ordered(self.state)
 
     @property
     def timer(self):
@@ -153,14 +158,15 @@ class Simulation:
 
     @property
     def contact_force(self):
-        """(n_owned, 6) constraint force and torque on each owned body in the last step [F, F L]."""
-        return self.engine.contact_force
+        """(n_owned, 6) constraint force and torque on each owned body in the last step [F, F L], aligned with
+        :attr:`bodies` (None before the first step)."""
+        return self.engine.body_contact_force(self.bodies.gid)
 
     def stresslet(self):
         """(n_owned, 3, 3) stresslet of each owned body in the last step [F L]: the symmetric first moment
         sum sym(r (x) f) of the constraint forces on the body, lever from its centre to the contact point
         (:func:`relcp_mpi.physics.stress.body_stresslets`; zeros before the first step).  Collective."""
-        return self.engine.body_stresslet(len(self.bodies))
+        return self.engine.body_stresslet(self.bodies.gid)
 
     def gather(self, field="x"):
         """(gid, values) of all bodies, ordered by gid, on every rank (collective; small runs only).  ``field``
@@ -170,7 +176,8 @@ class Simulation:
         if field == "stresslet":
             values = self.stresslet()
         elif field == "contact_force":
-            values = self.contact_force if self.contact_force is not None else np.zeros((len(b), 6))
+            values = self.contact_force
+            values = values if values is not None else np.zeros((len(b), 6))
         else:
             values = getattr(b, field)
         parts = self.comm.allgather((b.gid.copy(), np.array(values, copy=True)))

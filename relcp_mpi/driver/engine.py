@@ -89,26 +89,55 @@ class StepEngine:
         self.has_growth = bool(comm.allreduce(bool(np.any(state.bodies.growth != 0)), op=MPI.LOR))
         self.ghosts = None
         self.ghost_shift = None
-        self.contact_force = None
+        self.contact_force = None       # (n, 6) of the last step, in that step's body order (_step_gid)
         self._last_rows = None          # (table, gamma, n_owned, row, row_starts) of the last step: stresslets
-        self._to_gid = None             # permutation from the step's body order back to id order (or None)
+        self._step_gid = None           # (n,) ids of the last step's owned bodies in its order (forces, stresslets)
         self._ids_checked = False       # the exact migration id check ran once (later steps: check="fast")
-        self._stresslet_order = None    # the same, for the last step's stresslets (or None: already id order)
         self.flow = ImposedFlow.from_deck(deck)     # None without a flow section
 
     def free(self):
         """Release the PETSc workspace (it is re-created by the next step)."""
         self.workspace.free()
 
-    def body_stresslet(self, n_owned):
-        """(n_owned, 3, 3) stresslet [F L] of every owned body in the last step (zeros before the first step),
-        aligned with the owned bodies until the next step (:func:`relcp_mpi.physics.stress.body_stresslets`).
+    def body_stresslet(self, gid):
+        """(len(gid), 3, 3) stresslet [F L] in the last step of the owned bodies with ids ``gid`` (zeros before the
+        first step and for bodies the step did not hold; :func:`relcp_mpi.physics.stress.body_stresslets`).
         Collective."""
         if self._last_rows is None:
-            return np.zeros((n_owned, 3, 3))
+            return np.zeros((len(gid), 3, 3))
         table, gamma, n, row, row_starts = self._last_rows
-        out = body_stresslets(table, gamma, n, row, row_starts, self.comm)
-        return out if self._stresslet_order is None else out[self._stresslet_order]
+        return self._by_gid(body_stresslets(table, gamma, n, row, row_starts, self.comm), gid)
+
+    def body_contact_force(self, gid):
+        """(len(gid), 6) constraint force and torque [F, F L] in the last step on the owned bodies with ids
+        ``gid`` (zeros for bodies the step did not hold), or None before the first step."""
+        return None if self.contact_force is None else self._by_gid(self.contact_force, gid)
+
+    def _by_gid(self, values, gid):
+        """Rows of ``values`` (aligned with the last step's owned bodies, ``_step_gid``) for the ids ``gid``."""
+        src = self._step_gid
+        if len(src) == len(gid) and np.array_equal(src, gid):
+            return values
+        order = np.argsort(src)
+        pos = np.minimum(np.searchsorted(src[order], gid), max(len(src) - 1, 0))
+        hit = (src[order][pos] == gid) if len(src) else np.zeros(len(gid), bool)
+        out = np.zeros((len(gid),) + values.shape[1:], dtype=values.dtype)
+        out[hit] = values[order[pos[hit]]]
+        return out
+
+    def id_ordered(self, st):
+        """``st.bodies`` in id order (and ``st.work`` with them); returns them.  A step leaves the owned bodies in
+        its own order (with ``parallel.body_order: spatial`` a Morton order), which is as good a state as any:
+        the next step's migration orders them from positions and ids alone.  Whoever shows bodies to the user
+        (``Simulation.bodies``, writers) or needs a listing-independent input (the RCB rebalance) calls this;
+        sorting only then saves the stepper a permutation of every body field per step."""
+        g = st.bodies.gid
+        if len(g) > 1 and not np.all(g[1:] > g[:-1]):
+            perm = np.argsort(g, kind="stable")
+            st.bodies = st.bodies.take(perm)
+            if st.work is not None and len(st.work) == len(perm):
+                st.work = st.work[perm]
+        return st.bodies
 
     # ------------------------------------------------------------------------------------------------
     def _rebalance_if_needed(self, st):
@@ -121,6 +150,8 @@ class StepEngine:
         st.imbalance = float(imb)
         if pdecomp.should_rebalance(st.step, self.rebalance_every, imb, self.imbalance_threshold):
             with self.timer.stage("rebalance"):
+                self.id_ordered(st)          # RCB's cuts must not depend on how the bodies are listed
+                w = st.work if st.work is not None and len(st.work) == len(st.bodies) else np.ones(len(st.bodies))
                 st.decomp = pdecomp.RCBDecomposition(self.box, self.comm, self.box.wrap(st.bodies.x, st.shear_offset), w)
             st.n_rebalances += 1
 
@@ -131,14 +162,13 @@ class StepEngine:
             self._route_warm_with_bodies(st)
             # with body_order spatial, D's columns and the solver's body vectors follow a Morton curve: bodies near
             # in space near in memory (relcp_mpi.bodies.order); a function of positions and ids only, so restarts
-            # agree.  Between steps the bodies are in id order again (_restore_gid_order).
+            # agree.  After the step they stay in that order until someone needs id order (id_ordered).
             # the exact id check once (the engine's first migration: every id unique on all ranks), then the
             # exchange-only fingerprint check of migrate's check="fast" (~3 ms per 10k bodies less per step)
             st.bodies = migrate(st.bodies, st.decomp, comm, offset=st.shear_offset,
                                 order="spatial" if self.spatial_order else "gid",
                                 check="fast" if self._ids_checked else True)
             self._ids_checked = True
-            self._to_gid = np.argsort(st.bodies.gid) if self.spatial_order else None
         b = st.bodies
         n = len(b)
         offset = comm.exscan(n) or 0
@@ -150,19 +180,6 @@ class StepEngine:
         self.ghosts = ghosts
         self._decomp = st.decomp
         return b, ghosts
-
-    def _restore_gid_order(self, st, step_results=True):
-        """Put the owned bodies back in id order after a step (with ``step_results``: and the step's per-body
-        arrays: work weights, contact forces, stresslets), so that ``sim.bodies`` and the writers see bodies
-        sorted by gid between steps, whatever order the step used."""
-        back, self._to_gid = self._to_gid, None
-        if back is None:
-            return
-        st.bodies = st.bodies.take(back)
-        if step_results:
-            st.work = st.work[back]
-            self.contact_force = self.contact_force[back]
-            self._stresslet_order = back
 
     def _route_warm_with_bodies(self, st):
         """Send warm-start rows to the rank that will own body gid_i after migration (collective).
@@ -227,17 +244,13 @@ class StepEngine:
         wbad = wgeo.sep < -tol
         msgs += [f"body {int(b.gid[i])} penetrates wall {int(w)} by {-s:.3e}"
                  for i, w, s in zip(wb[wbad][:5], ww[wbad][:5], wgeo.sep[wbad][:5])]
-        self._restore_gid_order(st, step_results=False)
+        self.id_ordered(st)
         return [m for part in self.comm.allgather(msgs) for m in part][:10]
 
     def single_step(self, st, dt, noise_key=None):
         """One step of ``dt`` [T] (collective): :meth:`_advance`.  A step that fails (the exception propagates)
-        leaves the owned bodies in id order too, as the step found them (after growth), not committed."""
-        try:
-            return self._advance(st, dt, noise_key)
-        except BaseException:
-            self._restore_gid_order(st, step_results=False)
-            raise
+        leaves the owned bodies as the step found them (after growth, in the step's order), not committed."""
+        return self._advance(st, dt, noise_key)
 
     def _advance(self, st, dt, noise_key=None):
         """One step of ``dt`` [T] (collective): advances ``st`` in place; returns the step's diagnostics
@@ -250,7 +263,6 @@ class StepEngine:
         # them now rather than carry the whole constraint table through the new step (8.5 MiB on n8000c), and
         # the last D with them (StepWorkspace.release_D)
         self._last_rows = None
-        self._stresslet_order = None
         self.workspace.release_D()
         self._rebalance_if_needed(st)
         if self.has_growth:
@@ -291,6 +303,7 @@ class StepEngine:
             st.shear_offset = self._advance_offset(st.shear_offset, dt)
             b.x[:], b.u[:] = self.box.wrap_with_velocity(res.x, res.U, st.shear_offset)
         self.contact_force = res.F          # (n_owned, 6) constraint force/torque of the step [F, F L]
+        self._step_gid = b.gid.copy()
         self._last_rows = (res.table, res.gamma, n, inp.row, st.row_starts)
         own = res.table.ia[res.table.ia < len(b)]
         st.work = 1.0 + np.bincount(own, minlength=len(b))
@@ -298,7 +311,6 @@ class StepEngine:
         # new warm-start table is built: while that is built the old one is still held (by inp too)
         stress = step_stress_diagnostics(res.table, res.gamma, inp.x0, self.box.lengths, comm)
         st.warm = res.warm_table()
-        self._restore_gid_order(st)
         st.step += 1
         st.time += dt
         diag = dict(res.diagnostics)
