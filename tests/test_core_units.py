@@ -55,6 +55,23 @@ def test_mobility_sphere_and_ellipsoid_limits():
     assert np.all(zr > 0)
 
 
+def test_ellipsoid_drag_per_body_whatever_the_mix(rng):
+    # the drag is computed once per distinct semi-axis triple: every body must get its own triple's values,
+    # whether all bodies share one triple (monodisperse fast path) or not, and mixed with other shapes
+    axes = np.array([[1.0, 0.5, 0.25], [0.4, 0.4, 0.9], [1.0, 0.5, 0.3]])
+    pick = rng.integers(0, 3, 200)
+    kind = np.where(rng.random(200) < 0.2, SPHERE, ELLIPSOID)
+    shape = np.where((kind == SPHERE)[:, None], [[0.5, 0.0, 0.0]], axes[pick])
+    zt, zr = body_frame_drag(kind, shape, 1.3)
+    for k in (0, 1, 2):
+        one_t, one_r = body_frame_drag(np.array([ELLIPSOID]), axes[k:k + 1], 1.3)
+        sel = (kind == ELLIPSOID) & (pick == k)
+        assert np.array_equal(zt[sel], np.repeat(one_t, sel.sum(), axis=0))
+        assert np.array_equal(zr[sel], np.repeat(one_r, sel.sum(), axis=0))
+    mono_t, _ = body_frame_drag(np.full(5, ELLIPSOID), np.tile(axes[1], (5, 1)), 1.3)
+    assert np.array_equal(mono_t, np.repeat(body_frame_drag(np.array([ELLIPSOID]), axes[1:2], 1.3)[0], 5, axis=0))
+
+
 def test_mobility_blocks_rotate_with_body(rng):
     q = quat.random_unit(rng, 5)
     M = mobility_blocks(np.full(5, ELLIPSOID), np.tile([2.0, 1.0, 0.5], (5, 1)), q, 1.0)
