@@ -39,7 +39,7 @@ def _fmt_ids(ids):
     return s + (f", ... ({len(ids)} in total)" if len(ids) > _MAX_LISTED else "")
 
 
-def migrate(bodies, decomp, comm, check=True, offset=0.0, order="gid"):
+def migrate(bodies, decomp, comm, check=True, offset=0.0, order="gid", dest=None):
     """Send every body to ``decomp.owner(x)``; returns this rank's bodies sorted by gid (``order="spatial"``:
     along a Morton curve of their positions, :func:`relcp_mpi.bodies.order.spatial_order`).
 
@@ -56,7 +56,8 @@ def migrate(bodies, decomp, comm, check=True, offset=0.0, order="gid"):
     exchange itself and any duplicate within a rank, but not two copies of an id that sit on two ranks before the
     call and do not move (the full check of the run's first migration and of every restart rules those out);
     ``False``: no check.  Problems raise :class:`MigrationError` on every rank naming the offending ids.
-    Non-finite positions always raise (collectively).
+    Non-finite positions always raise (collectively).  ``dest`` (n,): the owner ranks of the bodies' wrapped
+    positions when the caller has them (``decomp.owner`` of the wrapped positions, else computed here).
     """
     from mpi4py import MPI
     size, rank = comm.Get_size(), comm.Get_rank()
@@ -74,7 +75,8 @@ def migrate(bodies, decomp, comm, check=True, offset=0.0, order="gid"):
         bad = np.concatenate(bad)
         raise MigrationError(f"migrate: {int(nbad[0])} bodies have non-finite positions "
                              f"(gids {_fmt_ids(bad)})")
-    dest = np.asarray(decomp.owner(x), dtype=np.int64) if bodies.n else np.zeros(0, np.int64)
+    if dest is None or len(dest) != bodies.n:
+        dest = np.asarray(decomp.owner(x), dtype=np.int64) if bodies.n else np.zeros(0, np.int64)
     stay = np.flatnonzero(dest == rank)
     movers = np.flatnonzero(dest != rank)
     send = BodyStore._adopt({f: a[movers] for f, a in fields.items()}).pack() if len(movers) else \
