@@ -29,6 +29,13 @@ def scatter_randomly(allb, rng):
     return allb.take(np.flatnonzero(home == comm.rank))
 
 
+def unit_box_bodies(seed, n):
+    """(rng, periodic unit box, its Cartesian decomposition, n bodies in it): the set-up of several tests."""
+    rng = np.random.default_rng(seed)
+    box = Box([0, 0, 0], [1, 1, 1], periodic=True)
+    return rng, box, CartesianDecomposition(box, comm), make_bodies(n, box, rng)
+
+
 def gather(b):
     return BodyStore.concatenate([BodyStore.unpack(r) for r in comm.allgather(pack_rows(b))])
 
@@ -65,10 +72,7 @@ def test_migrate_to_owner(kind, periodic):
 
 @pytest.mark.mpi
 def test_migrate_across_periodic_boundary_keeps_ids():
-    rng = np.random.default_rng(3)
-    box = Box([0, 0, 0], [1, 1, 1], periodic=True)
-    d = CartesianDecomposition(box, comm)
-    allb = make_bodies(200, box, rng)
+    rng, box, d, allb = unit_box_bodies(3, 200)
     b = migrate(scatter_randomly(allb, rng), d, comm)
     # push everything across the x boundary (and by several box lengths for some)
     b.x[:, 0] += np.where(b.gid % 2 == 0, 0.999, -3.25)
@@ -101,10 +105,7 @@ def test_zero_bodies_everywhere_and_on_some_ranks():
 @pytest.mark.mpi
 @pytest.mark.parametrize("same_rank", [True, False])
 def test_duplicated_body_raises_on_every_rank(same_rank):
-    rng = np.random.default_rng(9)
-    box = Box([0, 0, 0], [1, 1, 1], periodic=True)
-    d = CartesianDecomposition(box, comm)
-    allb = make_bodies(50, box, rng)
+    rng, box, d, allb = unit_box_bodies(9, 50)
     dup_gid = int(allb.gid[17])
     mine = scatter_randomly(allb, rng)
     holder = comm.size - 1 if same_rank else 0
@@ -149,10 +150,7 @@ def test_fast_check_gives_the_same_store(order):
 
 @pytest.mark.mpi
 def test_fast_check_finds_a_duplicate_on_one_rank():
-    rng = np.random.default_rng(5)
-    box = Box([0, 0, 0], [1, 1, 1], periodic=True)
-    d = CartesianDecomposition(box, comm)
-    allb = make_bodies(50, box, rng)
+    rng, box, d, allb = unit_box_bodies(5, 50)
     mine = migrate(scatter_randomly(allb, rng), d, comm)
     dup = comm.bcast(int(mine.gid[0]) if comm.rank == 0 and mine.n else None, root=0)
     if comm.rank == 0 and mine.n:
@@ -167,10 +165,7 @@ def test_fast_check_finds_a_duplicate_on_one_rank():
 def test_fast_check_finds_a_body_lost_in_the_exchange(monkeypatch):
     """An exchange that drops a row (a fault of the transport, not of the input) is named by the fast check."""
     import relcp_mpi.parallel.migration as mig
-    rng = np.random.default_rng(6)
-    box = Box([0, 0, 0], [1, 1, 1], periodic=True)
-    d = CartesianDecomposition(box, comm)
-    allb = make_bodies(80, box, rng)
+    rng, box, d, allb = unit_box_bodies(6, 80)
     mine = scatter_randomly(allb, rng)
     real = mig.exchange_rows
 
