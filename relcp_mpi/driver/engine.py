@@ -141,19 +141,23 @@ class StepEngine:
         return st.bodies
 
     # ------------------------------------------------------------------------------------------------
+    @staticmethod
+    def _work_weights(st):
+        """(n,) RCB work weight of each owned body (bodies + rows owned by the last step; 1 each when unknown)."""
+        return st.work if st.work is not None and len(st.work) == len(st.bodies) else np.ones(len(st.bodies))
+
     def _rebalance_if_needed(self, st):
         """RCB only: every ``rebalance_every`` steps, rebuild the decomposition if the work imbalance
         (max/mean over ranks of bodies + constraint rows owned) exceeds ``imbalance_threshold``."""
         if not self.rcb or not self.rebalance_every or st.step % self.rebalance_every:
             return
-        w = st.work if st.work is not None and len(st.work) == len(st.bodies) else np.ones(len(st.bodies))
-        imb = pdecomp.imbalance(float(w.sum()), self.comm)
+        imb = pdecomp.imbalance(float(self._work_weights(st).sum()), self.comm)
         st.imbalance = float(imb)
         if pdecomp.should_rebalance(st.step, self.rebalance_every, imb, self.imbalance_threshold):
             with self.timer.stage("rebalance"):
                 self.id_ordered(st)          # RCB's cuts must not depend on how the bodies are listed
-                w = st.work if st.work is not None and len(st.work) == len(st.bodies) else np.ones(len(st.bodies))
-                st.decomp = pdecomp.RCBDecomposition(self.box, self.comm, self.box.wrap(st.bodies.x, st.shear_offset), w)
+                st.decomp = pdecomp.RCBDecomposition(self.box, self.comm, self.box.wrap(st.bodies.x, st.shear_offset),
+                                                     self._work_weights(st))
             st.n_rebalances += 1
 
     def prepare(self, st):
@@ -207,11 +211,11 @@ class StepEngine:
         self._body_dest = body_dest
         dest = body_dest[idx]
         # only the rows of bodies that change rank travel; the others stay in place (before the received ones)
-        stay = np.asarray(dest) == self.comm.Get_rank()
+        stay = dest == self.comm.Get_rank()
         go = ~stay
         rows = np.stack([keys["gid_i"][go], keys["gid_j"][go], keys["sub"][go]], axis=1).astype(np.float64)
         # the values' width (4, or 6 with contact.carry_rows) is the same on every rank
-        recv = exchange_rows(np.concatenate([rows, vals[go]], axis=1), np.asarray(dest)[go], self.comm)
+        recv = exchange_rows(np.concatenate([rows, vals[go]], axis=1), dest[go], self.comm)
         k = np.empty(len(recv), dtype=keys.dtype)
         k["gid_i"], k["gid_j"], k["sub"] = (np.rint(recv[:, c]).astype(np.int64) for c in range(3))
         st.warm = (np.concatenate([keys[stay], k]), np.concatenate([vals[stay], recv[:, 3:]]))
