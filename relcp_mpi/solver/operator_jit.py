@@ -30,10 +30,11 @@ from relcp_mpi.geometry.numba_switch import AVAILABLE, backend, compiled_entries
 
 MIN_COLUMNS = 4096      # the JIT kernel: smaller operators keep PETSc's (importing numba costs ~1 s per process)
 
-_JIT_NAMES = ("_body_matvec",)
-_ENTRIES = ("_body_matvec",)
-AOT_SIGNATURES = {      # the entry point's types for the AOT build (geometry/aot_build.py); PETSc's 32-bit ints
+_JIT_NAMES = ("_body_matvec", "_body_diagonal")
+_ENTRIES = ("_body_matvec", "_body_diagonal")
+AOT_SIGNATURES = {      # the entry points' types for the AOT build (geometry/aot_build.py); PETSc's 32-bit ints
     "_body_matvec": "void(i4[::1], i8[::1], i4[::1], f8[::1], f8[:, :, ::1], f8[::1], f8[::1])",
+    "_body_diagonal": "void(i4[::1], i8[::1], i4[::1], f8[::1], f8[:, :, ::1], f8[::1])",
 }
 
 
@@ -112,10 +113,46 @@ def _body_matvec(indptr, ndiag, cols, vals, blocks, x, y):
             y[c] = s
 
 
+def _body_diagonal(indptr, ndiag, cols, vals, blocks, y):
+    """``y = diag(D^T M D)`` for D laid out as in :func:`_body_matvec` (the same arguments but ``x``): column c
+    gets ``v^T M_b v`` from every body b whose pattern holds it (``v`` = D's 6-vector of b at c), in body order.
+    ``ndiag`` is not needed (the owned / ghost split does not change a sum of per-body terms' order) and only
+    keeps the signature of the product.  Not PETSc's bits (there is no PETSc twin: the shell's numpy path sums
+    each quadratic form in einsum's order); its users (the divergence monitor's scale, the Jacobi scalings of
+    ipm / TAO) need the value, not the bits."""
+    nb = blocks.shape[0]
+    y[:] = 0.0
+    for b in range(nb):
+        r0 = np.int64(indptr[6 * b])
+        n = np.int64(indptr[6 * b + 1]) - r0
+        m = blocks[b]
+        for t in range(n):
+            p = r0 + t
+            v0 = vals[p]
+            v1 = vals[p + n]
+            v2 = vals[p + 2 * n]
+            v3 = vals[p + 3 * n]
+            v4 = vals[p + 4 * n]
+            v5 = vals[p + 5 * n]
+            w0 = (m[0, 0] * v0 + m[0, 1] * v1 + m[0, 2] * v2) + (m[0, 3] * v3 + m[0, 4] * v4 + m[0, 5] * v5)
+            w1 = (m[1, 0] * v0 + m[1, 1] * v1 + m[1, 2] * v2) + (m[1, 3] * v3 + m[1, 4] * v4 + m[1, 5] * v5)
+            w2 = (m[2, 0] * v0 + m[2, 1] * v1 + m[2, 2] * v2) + (m[2, 3] * v3 + m[2, 4] * v4 + m[2, 5] * v5)
+            w3 = (m[3, 0] * v0 + m[3, 1] * v1 + m[3, 2] * v2) + (m[3, 3] * v3 + m[3, 4] * v4 + m[3, 5] * v5)
+            w4 = (m[4, 0] * v0 + m[4, 1] * v1 + m[4, 2] * v2) + (m[4, 3] * v3 + m[4, 4] * v4 + m[4, 5] * v5)
+            w5 = (m[5, 0] * v0 + m[5, 1] * v1 + m[5, 2] * v2) + (m[5, 3] * v3 + m[5, 4] * v4 + m[5, 5] * v5)
+            s = ((v0 * w0 + v1 * w1) + (v2 * w2 + v3 * w3)) + (v4 * w4 + v5 * w5)
+            y[cols[p]] += s
+
+
 def kernel():
     """:func:`_body_matvec` of the current compiled backend (callers check :func:`usable` first and keep it for the
     operator's life: looking the backend up costs more than a small product)."""
     return _compiled()[0]
+
+
+def diagonal_kernel():
+    """:func:`_body_diagonal` of the current compiled backend (as :func:`kernel`)."""
+    return _compiled()[1]
 
 
 def usable(n_columns, index_dtype):
