@@ -61,7 +61,7 @@ def rod_pair_end_rows(kind, shape, X, Q, ia, ib, geo, skin, dup_tol=1e-12, R=Non
     if len(rods) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), _empty()
     i, j = ia[rods], ib[rods]
-    if len(rods) >= spherocylinder_jit.MIN_ROWS and spherocylinder_jit.enabled():
+    if spherocylinder_jit.use(len(rods)):
         # compiled twin of the rest of this function (same bits, same row order), reading the body arrays
         pair, sub, sep, nrm, p_i, p_j = spherocylinder_jit.end_rows(
             X, quaternion.to_matrix(Q) if R is None else R, shape, i, j, rods, geo.p_i, geo.p_j, skin, dup_tol)

@@ -222,7 +222,7 @@ def pair_snsd_indexed(kind, shape, X, Q, ia, ib, *, tol=1e-12, check=True, hint=
     everything else gathers and calls :func:`pair_snsd`."""
     ia = np.asarray(ia, dtype=np.int64)
     ib = np.asarray(ib, dtype=np.int64)
-    if (R is not None and len(ia) >= spherocylinder_jit.MIN_ROWS and spherocylinder_jit.enabled()
+    if (R is not None and spherocylinder_jit.use(len(ia))
             and np.all(np.asarray(kind) == SPHEROCYLINDER)):
         sep, n, p_i, p_j = spherocylinder_jit.capsule_pairs_indexed(X, R, shape, ia, ib)
         return ContactGeometry(sep, n, p_i, p_j, np.ones(len(ia), dtype=bool))

@@ -59,7 +59,7 @@ def closest_point_body(e, y, max_iter=100):
     e = np.asarray(e, dtype=float).reshape(-1, 3)
     y = np.asarray(y, dtype=float).reshape(-1, 3)
     m = y.shape[0]
-    if m >= ellipsoid_jit.MIN_ROWS and ellipsoid_jit.enabled():      # compiled twin, same bits
+    if ellipsoid_jit.use(m):      # compiled twin, same bits
         return ellipsoid_jit.closest_point_body(e, y, max_iter)
     emin = e.min(axis=1, keepdims=True)
     beta = (e - emin) * (e + emin) / emin ** 2          # >= 0, exactly 0 on the minimal axes
@@ -409,10 +409,10 @@ def _ee_newton(P, U, gtol, htol, max_iter, chunk=_CHUNK):
     are processed in blocks of ``chunk`` rows.
     Returns the final directions (3, n) and ``conv`` (n,) = gradient below ``gtol S`` and tangent Hessian
     largest eigenvalue below ``htol S`` (or f > 0, which implies it) at the returned direction.
-    With numba available the compiled per-pair iteration of :mod:`.ellipsoid_jit` runs instead for batches of
-    at least ``ellipsoid_jit.MIN_ROWS`` rows (same bits; small batches do not pay for importing numba).
+    With numba available the compiled per-pair iteration of :mod:`.ellipsoid_jit` runs instead (``ellipsoid_jit.use``:
+    any batch with the AOT build, from ``MIN_ROWS`` rows with numba's JIT; same bits).
     """
-    if U.shape[1] >= ellipsoid_jit.MIN_ROWS and ellipsoid_jit.enabled():
+    if ellipsoid_jit.use(U.shape[1]):
         return ellipsoid_jit.ee_newton(P, U, gtol, htol, max_iter)
     n = U.shape[1]
     U = np.array(U, dtype=float, copy=True)

@@ -2,8 +2,8 @@
 ascent of the ellipsoid-ellipsoid SNSD (``ee_newton``) and the foot-point solve behind the closest point and
 signed distance (``closest_point_body``, used by the sphere-, spherocylinder- and ellipsoid-ellipsoid kernels).
 
-Optional: used by :func:`relcp_mpi.geometry.ellipsoid._ee_newton` and ``closest_point_body`` for batches of at
-least ``MIN_ROWS`` rows when a build of them is available (the ahead-of-time module of geometry/aot_build.py,
+Optional: used by :func:`relcp_mpi.geometry.ellipsoid._ee_newton` and ``closest_point_body`` for any batch
+with the AOT build and for batches of at least ``MIN_ROWS`` rows with numba's JIT, when a build of them is available (the ahead-of-time module of geometry/aot_build.py,
 built by ``tools/setup.sh``; else numba's JIT: Debian ``python3-numba``, on a cluster ``pip install numba`` or
 nothing; geometry/numba_switch.py) and ``RELCP_NUMBA`` is not ``0``.  Without it the batched numpy
 iterations run; both give the same bits.
@@ -22,13 +22,19 @@ line search's masked copies; here a pair's whole ascent stays in registers (docs
 """
 import numpy as np
 
-from .numba_switch import AVAILABLE, compiled_entries, enabled  # noqa: F401 (re-exported)
+from .numba_switch import AVAILABLE, compiled_entries, enabled, use_compiled  # noqa: F401 (re-exported)
 
 _EPS = np.finfo(float).eps
 
 # numba is imported (and the kernels compiled or loaded from numba's cache) only when first used, so that
 # processes that never evaluate an ellipsoid pair do not pay for the import (geometry/numba_switch.py)
 MIN_ROWS = 256          # smaller batches take the numpy iteration (importing numba costs ~1 s per process)
+
+
+def use(rows):
+    """Whether a batch of ``rows`` rows takes the compiled kernels (numba_switch.use_compiled: the AOT build for
+    any batch, numba's JIT from ``MIN_ROWS``)."""
+    return use_compiled(rows, MIN_ROWS)
 
 
 _JIT_NAMES = ("_mv", "_f", "_tgrad", "_newton_pair", "_newton_all", "_foot_axis", "_foot_all")

@@ -83,6 +83,17 @@ def enabled():
     return AVAILABLE and backend() != "numpy"
 
 
+def use_compiled(rows, min_rows):
+    """Whether a batch of ``rows`` rows takes a compiled kernel: with the AOT build any non-empty batch (nothing
+    to import, and the numpy twins pay dozens of array passes per call: small batches, e.g. the hard pairs of an
+    ellipsoid kernel's extra starts, cost most there), with numba's JIT batches of at least ``min_rows`` (the
+    first use imports numba, ~1 s per process).  The compiled kernels give the numpy kernels' bits either way."""
+    if not AVAILABLE or rows < 1:
+        return False
+    kind = backend()
+    return kind == "aot" or (kind == "jit" and rows >= min_rows)
+
+
 def aot_name(module, entry):
     """The name under which the function ``entry`` of the kernel module ``module`` (its last dotted part) is
     exported by the AOT module."""

@@ -159,10 +159,10 @@ def capsule_capsule(c_i, a_i, h_i, R_i, c_j, a_j, h_j, R_j):
 
     c: (m, 3) centres, a: (m, 3) unit axes, h, R: (m,).
     Returns ``sep, normal (from j to i), p_i, p_j``.
-    With numba available, batches of at least ``spherocylinder_jit.MIN_ROWS`` pairs run the compiled twin of
+    With compiled kernels available (``spherocylinder_jit.use``: any batch with the AOT build) the batch runs the compiled twin of
     :mod:`.spherocylinder_jit` (same bits).
     """
-    if len(np.shape(c_i)) == 2 and len(c_i) >= spherocylinder_jit.MIN_ROWS and spherocylinder_jit.enabled():
+    if len(np.shape(c_i)) == 2 and spherocylinder_jit.use(len(c_i)):
         return spherocylinder_jit.capsule_capsule(c_i, a_i, h_i, R_i, c_j, a_j, h_j, R_j)
     c_i = np.asarray(c_i, dtype=float).reshape(-1, 3)
     c_j = np.asarray(c_j, dtype=float).reshape(-1, 3)

@@ -8,7 +8,7 @@
   filter) in one pass;
 * :func:`round_lower_bound`: ``support.pair_lower_bound`` of sphere/rod sets (the support-function screen).
 
-Optional (geometry/numba_switch.py): used for batches of at least ``MIN_ROWS`` pairs when a build of them is
+Optional (geometry/numba_switch.py): used for any batch with the AOT build, for batches of at least ``MIN_ROWS`` pairs with numba's JIT, when a build of them is
 available (the ahead-of-time module of geometry/aot_build.py, else numba's JIT) and ``RELCP_NUMBA`` is not ``0``.  Both paths give the same bits; ``tests/test_kernels_rod_jit.py`` checks it on
 random batches with the degenerate cases (parallel, crossing, coincident, collinear, point cores).
 
@@ -38,10 +38,16 @@ bodies' data and the masked copies of the branches); here a pair stays in regist
 """
 import numpy as np
 
-from .numba_switch import AVAILABLE, compiled_entries, enabled  # noqa: F401 (the dispatch switch, re-exported)
+from .numba_switch import AVAILABLE, compiled_entries, enabled, use_compiled  # noqa: F401 (the dispatch switch, re-exported)
 
 _EPS = np.finfo(float).eps
 MIN_ROWS = 256          # smaller batches take the numpy kernel (importing numba costs ~1 s per process)
+
+
+def use(rows):
+    """Whether a batch of ``rows`` rows takes the compiled kernels (numba_switch.use_compiled: the AOT build for
+    any batch, numba's JIT from ``MIN_ROWS``)."""
+    return use_compiled(rows, MIN_ROWS)
 
 
 _JIT_NAMES = ("_max", "_min", "_clip", "_dot", "_norm", "_capsule_pair", "_store", "_capsule_all", "_capsule_indexed",

@@ -118,7 +118,7 @@ def pair_lower_bound(kind, shape, X, R, ia, ib, hint=None):
     rad = np.ascontiguousarray(shape[:, 0], dtype=float)
     half = np.where(kind == SPHEROCYLINDER, 0.5 * shape[:, 1], 0.0)    # 0 * |a.u| = 0: spheres get h = R
     ax = [np.ascontiguousarray(R[:, c, 2], dtype=float) for c in range(3)]
-    if len(ia) >= spherocylinder_jit.MIN_ROWS and spherocylinder_jit.enabled():
+    if spherocylinder_jit.use(len(ia)):
         return spherocylinder_jit.round_lower_bound(X, ax, rad, np.ascontiguousarray(half, dtype=float), ia, ib,
                                                     hint=hint)     # compiled twin of the rest, same bits
     d = [np.ascontiguousarray(X[:, c], dtype=float) for c in range(3)]

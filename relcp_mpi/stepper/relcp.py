@@ -239,7 +239,16 @@ class _HintCache:
     def update(self, ia, ib, normals):
         if len(ia) == 0:
             return
-        k = np.concatenate([ia.astype(np.int64) * self.base + ib, self.keys])
+        new = ia.astype(np.int64) * self.base + ib
+        if len(self.keys):
+            # the trial checks evaluate pairs of the level-0 candidates, which are all cached: overwrite in
+            # place instead of re-sorting the whole cache (a pair listed twice in one batch has the same normal
+            # both times: same configuration, same hint)
+            pos = np.minimum(np.searchsorted(self.keys, new), len(self.keys) - 1)
+            if np.array_equal(self.keys[pos], new):
+                self.normals[pos] = normals
+                return
+        k = np.concatenate([new, self.keys])
         u, first = np.unique(k, return_index=True)      # new values first: they win
         del k
         # the normals of the kept entries gathered from the new and the old ones directly, without concatenating
