@@ -110,3 +110,59 @@ def test_tree_path_brute_force(monkeypatch):
     ia, ib = np.nonzero(np.triu(d <= r[:, None] + r[None] + 0.05, 1) & (np.arange(400)[:, None] < 300))
     got = N.candidate_pairs(x, r, 0.05, n_owned=300)
     assert _same(got, (ia.astype(np.int64), ib.astype(np.int64)))
+
+
+def _rod_set(rng, n_owned, L=8.0):
+    """Spheres and spherocylinders in a periodic-like box with image ghosts (same gid, shifted), random axes."""
+    from relcp_mpi.basics import quaternion
+    from relcp_mpi.bodies.shapes import SPHERE, SPHEROCYLINDER
+    own = rng.uniform(0.0, L, (n_owned, 3))
+    near = np.flatnonzero(own[:, 0] < 2.0)
+    x = np.concatenate([own, own[near] + [L, 0.0, 0.0]])
+    gid = np.concatenate([rng.permutation(n_owned), np.zeros(0, np.int64)])
+    gid = np.concatenate([gid, gid[near]]).astype(np.int64)
+    m = len(x)
+    kind = np.where(rng.random(m) < 0.8, SPHEROCYLINDER, SPHERE)
+    kind[n_owned:] = kind[near]
+    shape = np.zeros((m, 3))
+    shape[:, 0] = rng.uniform(0.1, 0.3, m)
+    shape[:, 1] = np.where(kind == SPHEROCYLINDER, rng.uniform(0.2, 1.5, m), 0.0)
+    shape[n_owned:] = shape[near]
+    q = rng.normal(size=(m, 4))
+    q /= np.linalg.norm(q, axis=1)[:, None]
+    q[n_owned:] = q[near]
+    R = quaternion.to_matrix(q)
+    bound = shape[:, 0] + 0.5 * shape[:, 1]
+    return x, gid, kind, shape, R, bound
+
+
+@pytest.mark.parametrize("threshold", [0.0, 0.15, 1.0])
+def test_screened_search_is_the_stepper_filters(compiled_backend, monkeypatch, threshold):
+    """The cell list's fused level-0 filters (neighbors.screened_candidate_pairs) give exactly the pairs of the
+    unfused pipeline: candidate_pairs, the ownership rule and orientation (stepper.relcp._own_pairs), then the
+    support-function screen (support.pair_lower_bound <= threshold), in the same order."""
+    from relcp_mpi.bodies.shapes import SPHEROCYLINDER
+    from relcp_mpi.geometry.support import pair_lower_bound
+    from relcp_mpi.stepper.relcp import _own_pairs
+
+    class Inp:
+        pass
+    monkeypatch.setattr(J, "MIN_POINTS", 0)         # the JIT cell list on the small sets too
+    rng = np.random.default_rng(int(threshold * 100) + 5)
+    skin = 0.15
+    total = 0
+    for n_owned in (1500, 40, 2):
+        x, gid, kind, shape, R, bound = _rod_set(rng, n_owned)
+        inp = Inp()
+        inp.n_owned, inp.gid = n_owned, gid
+        ia, ib = N.candidate_pairs(x, bound, skin, n_owned=n_owned)
+        ia, ib = _own_pairs(inp, ia, ib)
+        keep = pair_lower_bound(kind, shape, x, R, ia, ib) <= threshold
+        ref = (ia[keep], ib[keep])
+        half = np.where(kind == SPHEROCYLINDER, 0.5 * shape[:, 1], 0.0)
+        got = N.screened_candidate_pairs(x, bound, skin, n_owned, (gid, R[:, :, 2].T, shape[:, 0], half, threshold))
+        assert got is not None and _same(got, ref), (len(got[0]), len(ref[0]))
+        if n_owned == 1500:                           # the screen removes pairs, and not all of them
+            assert 0 < len(ref[0]) < len(ia)
+        total += len(ref[0])
+    assert total > 1000

@@ -34,6 +34,20 @@ def candidate_pairs(x, r, skin, n_owned=None):
     return tree_pairs(x, r, skin, n_owned, radius)
 
 
+def screened_candidate_pairs(x, r, skin, n_owned, screen):
+    """:func:`candidate_pairs` followed, in the search's own pass, by the stepper's level-0 filters of a set of
+    spheres and spherocylinders (``neighbors_jit._cell_pairs``): the pairs this rank owns, oriented lower gid
+    first, whose support-function lower bound is at most the threshold.  ``screen = (gid (m,), ax (3, m),
+    rad (m,), half (m,), threshold)``.  Returns (ia, ib) int64, or None when the compiled cell list cannot take
+    the search (the caller filters :func:`candidate_pairs` itself)."""
+    x = np.asarray(x, dtype=float).reshape(-1, 3)
+    r = np.asarray(r, dtype=float)
+    m = len(x)
+    if m < 2 or n_owned == 0 or not neighbors_jit.use_cells(m):
+        return None
+    return neighbors_jit.cell_pairs(x, r, skin, 2 * float(r.max()) + skin, n_owned, screen=screen)
+
+
 def tree_pairs(x, r, skin, n_owned, radius):
     """:func:`candidate_pairs` by scipy's KD-tree (the path without compiled kernels): x (m, 3) float, r (m,)
     float, m >= 2, ``radius = 2 max(r) + skin`` -> (ia, ib) int64, ia < ib, ordered by (ia, ib)."""

@@ -32,13 +32,17 @@ MIN_ROWS = 4096         # the tree path's compiled filter: fewer tree pairs are 
 MIN_POINTS = 1024       # the JIT cell list: smaller sets take the tree (importing numba costs ~1 s per process)
 MAX_CELLS_PER_POINT = 4     # grid cap (cells <= 4 m + 64): wider cells instead of a huge grid of empty cells
 CELL_MARGIN = 2.0 ** -20    # relative: cells wider than the radius by more than the rounding of the cell indices
-_CAPACITY = {}          # the last search's pair count (+25 %): the next search's output capacity
+_CAPACITY = {}          # the last search's pair count (+25 %) per kind of search: the next one's output capacity
+_NO_INT = np.zeros(0, np.int64)         # the screen's arrays when there is no screen (not read)
+_NO_FLOAT = np.zeros(0)
+_NO_AXES = np.zeros((3, 0))
 
 
 _JIT_NAMES = ("_sort_run", "_cell_pairs", "_filter_sort")
 _ENTRIES = ("_cell_pairs", "_filter_sort")
 AOT_SIGNATURES = {      # the entry points' types for the AOT build (geometry/aot_build.py)
-    "_cell_pairs": "i8(f8[:, ::1], f8[::1], f8, f8, i8, f8[::1], f8, i8[::1], i8[::1], i8[::1])",
+    "_cell_pairs": "i8(f8[:, ::1], f8[::1], f8, f8, i8, f8[::1], f8, i8[::1], i8[::1], f8[:, ::1], f8[::1], f8[::1], "
+                   "f8, i8[::1], i8[::1])",
     "_filter_sort": "i8(f8[:, ::1], f8[::1], f8, i8, i8[:, ::1], i8[::1], i8[::1], i8[::1])",
 }
 
@@ -61,10 +65,16 @@ def _sort_run(v, n):
         v[q + 1] = t
 
 
-def _cell_pairs(x, r, skin, radius, n_owned, origin, h, dims, lo_out, hi_out):
+def _cell_pairs(x, r, skin, radius, n_owned, origin, h, dims, gid, ax, rad, half, screen, lo_out, hi_out):
     """Kept pairs (module docstring) of the points x (m, 3) with radii r (m,), in (lo, hi) order, into lo_out /
     hi_out (capacity p); the grid: ``dims`` (3,) cells of side ``h`` from ``origin`` (3,) (indices clipped into
-    the grid).  Returns the number of kept pairs, which may exceed p: then only the first p were written."""
+    the grid).  Returns the number of kept pairs, which may exceed p: then only the first p were written.
+
+    ``screen`` NaN: no more.  Else (a set of spheres and spherocylinders) the stepper's level-0 filters follow
+    in the same pass, in the order of the pairs: keep the pairs this rank owns (b owned, or ``gid[a] < gid[b]``),
+    orient them lower gid first (``stepper.relcp._own_pairs``), and keep those whose support-function lower bound
+    is ``<= screen`` (``support.pair_lower_bound``'s operations: ``ax`` (3, m) body axes, ``rad`` / ``half`` (m,)
+    radii and half lengths, 0 for spheres); ``gid`` (m,).  Otherwise these arrays are not read."""
     m = x.shape[0]
     nx, ny, nz = dims[0], dims[1], dims[2]
     ncell = nx * ny * nz
@@ -95,6 +105,7 @@ def _cell_pairs(x, r, skin, radius, n_owned, origin, h, dims, lo_out, hi_out):
     r2 = radius * radius
     cap = lo_out.shape[0]
     buf = np.empty(m, np.int64)
+    screening = screen == screen
     total = 0
     for a in range(min(n_owned, m)):
         nb = 0
@@ -121,9 +132,27 @@ def _cell_pairs(x, r, skin, radius, n_owned, origin, h, dims, lo_out, hi_out):
                             nb += 1
         _sort_run(buf, nb)
         for t in range(nb):
+            i = a
+            j = buf[t]
+            if screening:
+                if j >= n_owned and not gid[a] < gid[j]:       # a ghost pair of the lower gid's rank
+                    continue
+                if gid[a] > gid[j]:
+                    i, j = j, a
+                d0 = x[i, 0] - x[j, 0]
+                d1 = x[i, 1] - x[j, 1]
+                d2 = x[i, 2] - x[j, 2]
+                dist = np.sqrt((d0 * d0 + d1 * d1) + d2 * d2)
+                lb = -np.inf
+                if dist > 0:
+                    u0, u1, u2 = d0 / dist, d1 / dist, d2 / dist
+                    lb = (dist - (rad[i] + half[i] * abs((ax[0, i] * u0 + ax[1, i] * u1) + ax[2, i] * u2))) \
+                        - (rad[j] + half[j] * abs((ax[0, j] * u0 + ax[1, j] * u1) + ax[2, j] * u2))
+                if not lb <= screen:
+                    continue
             if total < cap:
-                lo_out[total] = a
-                hi_out[total] = buf[t]
+                lo_out[total] = i
+                hi_out[total] = j
             total += 1
     return total
 
@@ -190,25 +219,38 @@ def cell_grid(x, radius):
         h *= 1.5
 
 
-def cell_pairs(x, r, skin, radius, n_owned):
+def cell_pairs(x, r, skin, radius, n_owned, screen=None):
     """Candidate pairs by the compiled cell list (module docstring): x (m, 3), r (m,), the tree's radius
     ``2 max(r) + skin`` -> (ia (k,), ib (k,)) int64, ia < ib, ordered by (ia, ib); None when the grid cannot be
-    built (non-finite coordinates or radius)."""
+    built (non-finite coordinates or radius).
+
+    ``screen = (gid (m,), ax (3, m), rad (m,), half (m,), threshold)``: the owned, oriented, screened pairs of
+    :func:`_cell_pairs` instead (ia = the lower gid; the order of the plain search with those filters applied)."""
     x = np.ascontiguousarray(x, dtype=float)
     grid = cell_grid(x, radius)
     if grid is None:
         return None
     origin, h, dims = grid
     r = np.ascontiguousarray(r, dtype=float)
+    if screen is None:
+        tag, gid, ax, rad, half, thr = "plain", _NO_INT, _NO_AXES, _NO_FLOAT, _NO_FLOAT, np.nan
+    else:
+        gid, ax, rad, half, thr = screen
+        tag = "screened"
+        gid = np.ascontiguousarray(gid, dtype=np.int64)
+        ax = np.ascontiguousarray(ax, dtype=float)
+        rad = np.ascontiguousarray(rad, dtype=float)
+        half = np.ascontiguousarray(half, dtype=float)
+        thr = float(thr)
     kern = _compiled()[0]
-    cap = max(_CAPACITY.get("last", 0), 8 * len(x))
+    cap = max(_CAPACITY.get(tag, 0), (8 if screen is None else 2) * len(x))
     while True:
         lo, hi = np.empty(cap, np.int64), np.empty(cap, np.int64)
-        k = kern(x, r, float(skin), float(radius), int(n_owned), origin, h, dims, lo, hi)
+        k = kern(x, r, float(skin), float(radius), int(n_owned), origin, h, dims, gid, ax, rad, half, thr, lo, hi)
         if k <= cap:
             break
         cap = k                         # rare: more pairs than the hint (then the search runs twice)
-    _CAPACITY["last"] = k + k // 4
+    _CAPACITY[tag] = k + k // 4
     if k < cap // 2:                    # do not hold twice the pairs' memory through the step
         return lo[:k].copy(), hi[:k].copy()
     return lo[:k], hi[:k]

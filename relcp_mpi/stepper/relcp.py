@@ -36,10 +36,11 @@ import numpy as np
 from relcp_mpi.contact.constraints import ConstraintTable, assemble_D, lookup_keys, match_keys
 from relcp_mpi.basics import quaternion
 from relcp_mpi.basics.rows import norm_rows
-from relcp_mpi.bodies.shapes import ELLIPSOID
+from relcp_mpi.bodies.shapes import ELLIPSOID, SPHERE, SPHEROCYLINDER
 from relcp_mpi.contact.line_contacts import (N_PAIR_SLOTS, N_WALL_SLOTS, core_parameters, distinct_within_skin,
                                              ring_wall_rows, rod_pair_end_rows, rod_point_rows, rod_wall_cap_rows)
-from relcp_mpi.contact.neighbors import pair_distance, candidate_pairs, wall_candidates
+from relcp_mpi.contact.neighbors import (candidate_pairs, pair_distance, screened_candidate_pairs,
+                                        wall_candidates)
 from relcp_mpi.geometry.contact import pair_snsd_indexed, wall_snsd
 from relcp_mpi.geometry.result import ContactGeometry
 from relcp_mpi.geometry.support import pair_lower_bound, separation_lower_bound
@@ -307,11 +308,25 @@ def _own_pairs(inp, ia, ib):
     return np.where(swap, ib, ia), np.where(swap, ia, ib)
 
 
-def _candidates(inp, X, skin):
-    ia, ib = candidate_pairs(X, inp.bound, skin, n_owned=inp.n_owned)
-    ia, ib = _own_pairs(inp, ia, ib)
+def _candidates(inp, X, skin, R=None, screen=None):
+    """This rank's candidate pairs (ia, ib) (lower gid first) and wall candidates (wb, ww) at X, and whether the
+    pairs are already screened: with rotation matrices ``R`` and a ``screen`` threshold, a set of spheres and
+    spherocylinders searched by the compiled cell list gets the support-function screen of :func:`_screen`
+    (``<= screen``) in the search's own pass (same pairs, same order: no arrays of the ~6x more bounding-sphere
+    candidates of rods)."""
+    pairs = None
+    if R is not None and screen is not None and len(inp.kind) and \
+            np.all((inp.kind == SPHERE) | (inp.kind == SPHEROCYLINDER)):
+        half = np.where(inp.kind == SPHEROCYLINDER, 0.5 * inp.shape[:, 1], 0.0)
+        pairs = screened_candidate_pairs(X, inp.bound, skin, inp.n_owned,
+                                         (inp.gid, R[:, :, 2].T, inp.shape[:, 0], half, screen))
+    if pairs is None:
+        ia, ib = candidate_pairs(X, inp.bound, skin, n_owned=inp.n_owned)
+        ia, ib = _own_pairs(inp, ia, ib)
+    else:
+        ia, ib = pairs
     wb, ww = wall_candidates(X[:inp.n_owned], inp.bound[:inp.n_owned], skin, inp.wall_points, inp.wall_normals)
-    return ia, ib, wb, ww
+    return ia, ib, wb, ww, pairs is not None
 
 
 def _rows(inp, geo, ia, ib, X, subs, gap_free):
@@ -354,15 +369,19 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
     axial = np.full((0, 2), np.nan)          # (c, 2) core parameters of the table's rows (carry only)
 
     # ---- level 0: candidate pairs and one SNSD row each, at the start configuration ------------------
+    snsd = prm.model != "multisphere"
     with T.stage("neighbors"):
-        ia, ib, wb, ww = _candidates(inp, X0, prm.skin)
+        R0 = quaternion.to_matrix(Q0) if snsd else None         # once per body, not per pair
+        ia, ib, wb, ww, screened = _candidates(inp, X0, prm.skin, R0, prm.skin if snsd else None)
     table = ConstraintTable()
     cache = _HintCache(len(inp.gid))
     with T.stage("geometry"):
-        if prm.model == "multisphere":
+        if not snsd:
             _multisphere_level0(inp, prm, X0, Q0, ia, ib, wb, ww, table)
         else:
-            ia, ib, wb, ww, axial = _snsd_level0(inp, prm, X0, Q0, ia, ib, wb, ww, table, cache, carry)
+            ia, ib, wb, ww, axial = _snsd_level0(inp, prm, X0, Q0, R0, ia, ib, wb, ww, table, cache, carry,
+                                                 screened)
+        del R0
     # candidate set for the overlap checks: body pairs as (ia, ib), walls as (wb, ww)
     cand_pairs = np.stack([ia, ib], axis=1)
     cand_walls = np.stack([wb, ww], axis=1)
@@ -475,7 +494,7 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
                 f"{np.degrees(max_rot):.1f} deg in one step (> contact.max_trial_rotation "
                 f"{np.degrees(prm.max_trial_rotation):.1f} deg): outside the linearisation's validity")
         if prm.recheck_neighbors and 2.0 * max_reach > prm.skin:
-            na, nb, nwb, nww = _candidates(inp, Xt, prm.skin)
+            na, nb, nwb, nww, _ = _candidates(inp, Xt, prm.skin)
             cand_pairs = _union_pairs(cand_pairs, na, nb, len(inp.gid))
             cand_walls = _union_pairs(cand_walls, nwb, nww, max(len(inp.wall_points), 1))
         # only pairs whose bounding spheres intersect can overlap (sep >= |dx| - r_i - r_j): skip the rest
@@ -680,7 +699,7 @@ def _append_level(inp, table, depth, sel, pa, pb, wsel, cw, Xt, Rt, axial, R_alt
     return np.concatenate([axial, new, np.full((len(wb), 2), np.nan)])
 
 
-def _snsd_level0(inp, prm, X0, Q0, ia, ib, wb, ww, table, cache, carry):
+def _snsd_level0(inp, prm, X0, Q0, R0, ia, ib, wb, ww, table, cache, carry, screened=False):
     """Level-0 rows of the SNSD models at the start configuration (X0, Q0): one row per candidate pair (ia, ib)
     and wall candidate (wb, ww) whose smooth surfaces are within the skin, plus the line-contact and carried rows
     (relcp).  Appends to ``table``, records the pairs' normals in ``cache``; returns the pairs and walls kept
@@ -688,10 +707,11 @@ def _snsd_level0(inp, prm, X0, Q0, ia, ib, wb, ww, table, cache, carry):
     else (0, 2)).  A function of its own so that the level's geometry (~80 bytes per pair kept) is released
     before the assembly and the solves instead of being held through the whole step (peak memory)."""
     # pairs certified farther apart than the skin (support-function bound) need no kernel and no row
-    # (line of centres first; then the previous normals, looked up only for the survivors)
-    R0 = quaternion.to_matrix(Q0)        # once per body, not per pair
-    close = _screen(inp, X0, Q0, ia, ib, None, prm.skin, R0)
-    ia, ib = ia[close], ib[close]
+    # (line of centres first, unless the search did it (``screened``); then the previous normals, looked up
+    # only for the survivors).  R0: rotation matrices of Q0 (per body)
+    if not screened:
+        close = _screen(inp, X0, Q0, ia, ib, None, prm.skin, R0)
+        ia, ib = ia[close], ib[close]
     hint0 = _level0_hint(inp, ia, ib)
     if hint0 is not None:
         close = _screen(inp, X0, Q0, ia, ib, hint0, prm.skin, R0)
