@@ -149,3 +149,27 @@ def test_spatial_order_same_answer_on_any_rank_count(hang_guard):
     deck = _bed("spatial")
     ref, dref = run_sim(deck, comm=SELF)
     assert same_on_sub_communicators(deck, ref, dref) == []
+
+
+def test_spatial_order_is_the_two_key_sort():
+    """The key-only sort (no ties) and the two-key sort with ids (ties) give the two-key sort's permutation."""
+    rng = np.random.default_rng(8)
+    x = rng.uniform(0.0, 50.0, (3000, 3))
+    gid = rng.permutation(3000) * 3 + 1
+    assert np.array_equal(spatial_order(x, gid), np.lexsort((gid, morton_keys(x))))
+    x[100:130] = x[7]                                  # a few bodies in one cell: ties broken by id
+    assert np.array_equal(spatial_order(x, gid), np.lexsort((gid, morton_keys(x))))
+
+
+@pytest.mark.parametrize("spread", [1, 1000])
+def test_local_index_table_and_search(spread):
+    """The engine's id -> local position lookup (a direct table for compact ids, else sort and search) against
+    a dictionary, with absent ids below, inside and above the range."""
+    from relcp_mpi.driver.engine import _local_index
+    rng = np.random.default_rng(spread)
+    gid = rng.choice(np.arange(5, 5 + 2000 * spread), 2000, replace=False).astype(np.int64)
+    query = np.concatenate([rng.choice(gid, 500), rng.integers(0, 10 + 2000 * spread, 500), [-3, 10 ** 12]])
+    where = {int(g): k for k, g in enumerate(gid)}
+    expect = np.array([where.get(int(q), -1) for q in query])
+    assert np.array_equal(_local_index(gid, query), expect)
+    assert len(_local_index(gid[:0], query)) == len(query) and np.all(_local_index(gid[:0], query) == -1)

@@ -54,6 +54,28 @@ class InitialOverlapError(ValueError):
         super().__init__("; ".join(self.problems))
 
 
+def _local_index(gid, query):
+    """(m,) position in ``gid`` (n,) (distinct ids) of each id of ``query`` (m,), -1 where absent.  A direct table
+    over the ids' range when it is not much wider than n (one scatter and one gather), else a sort and a search."""
+    out = np.full(len(query), -1, np.int64)
+    if len(gid) == 0 or len(query) == 0:
+        return out
+    q = np.ascontiguousarray(query, dtype=np.int64)
+    lo, hi = int(gid.min()), int(gid.max())
+    if hi - lo < 8 * len(gid) + 1024:
+        table = np.full(hi - lo + 1, -1, np.int64)
+        table[gid - lo] = np.arange(len(gid))
+        inside = (q >= lo) & (q <= hi)
+        out[inside] = table[q[inside] - lo]
+        return out
+    order = np.argsort(gid)
+    sg = gid[order]
+    pos = np.minimum(np.searchsorted(sg, q), len(sg) - 1)
+    hit = sg[pos] == q
+    out[hit] = order[pos[hit]]
+    return out
+
+
 class StepEngine:
     """Advances a RunState by one step of a given dt (collective over ``comm``); ``deck`` is the typed deck
     (:class:`relcp_mpi.config.sections.Deck`)."""
@@ -196,12 +218,9 @@ class StepEngine:
         if keys is None:
             keys, vals = empty_warm()
         b = st.bodies
-        order = np.argsort(b.gid)
-        pos = np.searchsorted(b.gid[order], keys["gid_i"])
-        ok = (pos < len(b)) & (b.gid[order][np.minimum(pos, max(len(b) - 1, 0))] == keys["gid_i"]) if len(b) else \
-            np.zeros(len(keys), bool)
-        keys, vals = keys[ok], vals[ok]
-        idx = order[pos[ok]]
+        idx = _local_index(b.gid, keys["gid_i"])        # each row's body on this rank, -1 where it has none
+        ok = idx >= 0
+        keys, vals, idx = keys[ok], vals[ok], idx[ok]
         # the owner of every body once (a body has ~2 rows); migrate takes the same ranks.  Bodies with non-finite
         # positions keep their rows here: migrate then stops the step collectively, naming them
         fin = np.all(np.isfinite(b.x), axis=1)
