@@ -106,39 +106,48 @@ def _cell_pairs(x, r, skin, radius, n_owned, origin, h, dims, gid, ax, rad, half
     cap = lo_out.shape[0]
     buf = np.empty(m, np.int64)
     screening = screen == screen
+    # the scans index with unsigned integers: numba wraps negative signed indices around (a compare and an add
+    # per access, which the indices loaded from ``start`` / ``order`` / ``buf`` cannot be proven to skip)
+    one = np.uint64(1)
+    nown = np.uint64(max(n_owned, 0))
     total = 0
     for a in range(min(n_owned, m)):
-        nb = 0
+        nb = np.uint64(0)
         ix, iy, iz = cix[a, 0], cix[a, 1], cix[a, 2]
         xa0, xa1, xa2, ra = x[a, 0], x[a, 1], x[a, 2], r[a]
         for jx in range(max(ix - 1, 0), min(ix + 2, nx)):
             for jy in range(max(iy - 1, 0), min(iy + 2, ny)):
                 for jz in range(max(iz - 1, 0), min(iz + 2, nz)):
-                    c = (jx * ny + jy) * nz + jz
-                    lo, hi = start[c], start[c + 1]
+                    c = np.uint64((jx * ny + jy) * nz + jz)
+                    lo, end = np.uint64(start[c]), np.uint64(start[c + one])
+                    hi = end
                     while lo < hi:              # the cell's first point after a (its indices increase)
-                        mid = (lo + hi) // 2
+                        mid = (lo + hi) >> one
                         if order[mid] <= a:
-                            lo = mid + 1
+                            lo = mid + one
                         else:
                             hi = mid
-                    for q in range(lo, start[c + 1]):
+                    q = lo
+                    while q < end:
                         d0 = xa0 - xs[q, 0]
                         d1 = xa1 - xs[q, 1]
                         d2 = xa2 - xs[q, 2]
                         s = (d0 * d0 + d1 * d1) + d2 * d2
                         if s <= r2 and np.sqrt(s) <= (ra + rs[q]) + skin:
                             buf[nb] = order[q]
-                            nb += 1
-        _sort_run(buf, nb)
-        for t in range(nb):
-            i = a
-            j = buf[t]
+                            nb += one
+                        q += one
+        _sort_run(buf, np.int64(nb))
+        t = np.uint64(0)
+        while t < nb:
+            i = np.uint64(a)
+            j = np.uint64(buf[t])
+            t += one
             if screening:
-                if j >= n_owned and not gid[a] < gid[j]:       # a ghost pair of the lower gid's rank
+                if j >= nown and not gid[i] < gid[j]:       # a ghost pair of the lower gid's rank
                     continue
-                if gid[a] > gid[j]:
-                    i, j = j, a
+                if gid[i] > gid[j]:
+                    i, j = j, i
                 d0 = x[i, 0] - x[j, 0]
                 d1 = x[i, 1] - x[j, 1]
                 d2 = x[i, 2] - x[j, 2]

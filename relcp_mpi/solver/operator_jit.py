@@ -50,13 +50,17 @@ def _body_matvec(indptr, ndiag, cols, vals, blocks, x, y):
     ``indptr`` (6 nb + 1,), ``cols`` / ``vals`` (nnz,), ``blocks`` (nb, 6, 6) the mobility blocks, ``x`` / ``y``
     (n_cols,) (``y`` is overwritten); ``ndiag`` (nb,): the number of owned columns at the start of each body's
     pattern (the rest are ghost columns, summed after them), or empty when all are owned."""
+    # every index below is an unsigned 64-bit integer: numba wraps negative signed indices around (a compare and
+    # an add per access, and the gathers through ``cols`` cannot be proven non-negative), which made the product
+    # ~2x slower; unsigned arithmetic throughout (a uint64 mixed with an int64 would give a float)
+    one = np.uint64(1)
     nb = blocks.shape[0]
     y[:] = 0.0
     split = ndiag.shape[0] > 0
     for b in range(nb):
-        r0 = np.int64(indptr[6 * b])
-        n = np.int64(indptr[6 * b + 1]) - r0
-        nd = np.int64(ndiag[b]) if split else n
+        r0 = np.uint64(indptr[6 * b])
+        n = np.uint64(indptr[6 * b + 1]) - r0
+        nd = np.uint64(ndiag[b]) if split else n
         u0 = 0.0
         u1 = 0.0
         u2 = 0.0
@@ -64,35 +68,40 @@ def _body_matvec(indptr, ndiag, cols, vals, blocks, x, y):
         u4 = 0.0
         u5 = 0.0
         # owned columns: added in pairs, as PETSc's SeqAIJ inode kernel sums a row of the (diagonal) block
-        t = 0
-        while t + 1 < nd:
+        t = np.uint64(0)
+        while t + one < nd:
             p = r0 + t
-            xa = x[cols[p]]
-            xb = x[cols[p + 1]]
-            u0 += vals[p] * xa + vals[p + 1] * xb
+            xa = x[np.uint64(cols[p])]
+            xb = x[np.uint64(cols[p + one])]
+            u0 += vals[p] * xa + vals[p + one] * xb
             p += n
-            u1 += vals[p] * xa + vals[p + 1] * xb
+            u1 += vals[p] * xa + vals[p + one] * xb
             p += n
-            u2 += vals[p] * xa + vals[p + 1] * xb
+            u2 += vals[p] * xa + vals[p + one] * xb
             p += n
-            u3 += vals[p] * xa + vals[p + 1] * xb
+            u3 += vals[p] * xa + vals[p + one] * xb
             p += n
-            u4 += vals[p] * xa + vals[p + 1] * xb
+            u4 += vals[p] * xa + vals[p + one] * xb
             p += n
-            u5 += vals[p] * xa + vals[p + 1] * xb
-            t += 2
+            u5 += vals[p] * xa + vals[p + one] * xb
+            t += np.uint64(2)
         # the odd owned column, then the ghost columns one at a time, continuing the sums (MPIAIJ's off-diagonal
         # block has no inodes: its multAdd adds term by term)
         while t < n:
             p = r0 + t
-            xa = x[cols[p]]
+            xa = x[np.uint64(cols[p])]
             u0 += vals[p] * xa
-            u1 += vals[p + n] * xa
-            u2 += vals[p + 2 * n] * xa
-            u3 += vals[p + 3 * n] * xa
-            u4 += vals[p + 4 * n] * xa
-            u5 += vals[p + 5 * n] * xa
-            t += 1
+            p += n
+            u1 += vals[p] * xa
+            p += n
+            u2 += vals[p] * xa
+            p += n
+            u3 += vals[p] * xa
+            p += n
+            u4 += vals[p] * xa
+            p += n
+            u5 += vals[p] * xa
+            t += one
         m = blocks[b]
         f0 = ((m[0, 0] * u0 + m[0, 2] * u2) + m[0, 4] * u4) + ((m[0, 1] * u1 + m[0, 3] * u3) + m[0, 5] * u5)
         f1 = ((m[1, 0] * u0 + m[1, 2] * u2) + m[1, 4] * u4) + ((m[1, 1] * u1 + m[1, 3] * u3) + m[1, 5] * u5)
@@ -100,17 +109,24 @@ def _body_matvec(indptr, ndiag, cols, vals, blocks, x, y):
         f3 = ((m[3, 0] * u0 + m[3, 2] * u2) + m[3, 4] * u4) + ((m[3, 1] * u1 + m[3, 3] * u3) + m[3, 5] * u5)
         f4 = ((m[4, 0] * u0 + m[4, 2] * u2) + m[4, 4] * u4) + ((m[4, 1] * u1 + m[4, 3] * u3) + m[4, 5] * u5)
         f5 = ((m[5, 0] * u0 + m[5, 2] * u2) + m[5, 4] * u4) + ((m[5, 1] * u1 + m[5, 3] * u3) + m[5, 5] * u5)
-        for t in range(n):
+        t = np.uint64(0)
+        while t < n:
             p = r0 + t
-            c = cols[p]
+            c = np.uint64(cols[p])
             s = y[c]
             s += vals[p] * f0
-            s += vals[p + n] * f1
-            s += vals[p + 2 * n] * f2
-            s += vals[p + 3 * n] * f3
-            s += vals[p + 4 * n] * f4
-            s += vals[p + 5 * n] * f5
+            p += n
+            s += vals[p] * f1
+            p += n
+            s += vals[p] * f2
+            p += n
+            s += vals[p] * f3
+            p += n
+            s += vals[p] * f4
+            p += n
+            s += vals[p] * f5
             y[c] = s
+            t += one
 
 
 def _body_diagonal(indptr, ndiag, cols, vals, blocks, y):
@@ -120,20 +136,22 @@ def _body_diagonal(indptr, ndiag, cols, vals, blocks, y):
     keeps the signature of the product.  Not PETSc's bits (there is no PETSc twin: the shell's numpy path sums
     each quadratic form in einsum's order); its users (the divergence monitor's scale, the Jacobi scalings of
     ipm / TAO) need the value, not the bits."""
+    one = np.uint64(1)
     nb = blocks.shape[0]
     y[:] = 0.0
     for b in range(nb):
-        r0 = np.int64(indptr[6 * b])
-        n = np.int64(indptr[6 * b + 1]) - r0
+        r0 = np.uint64(indptr[6 * b])
+        n = np.uint64(indptr[6 * b + 1]) - r0
         m = blocks[b]
-        for t in range(n):
+        t = np.uint64(0)
+        while t < n:                                  # unsigned indices (see _body_matvec)
             p = r0 + t
             v0 = vals[p]
             v1 = vals[p + n]
-            v2 = vals[p + 2 * n]
-            v3 = vals[p + 3 * n]
-            v4 = vals[p + 4 * n]
-            v5 = vals[p + 5 * n]
+            v2 = vals[p + np.uint64(2) * n]
+            v3 = vals[p + np.uint64(3) * n]
+            v4 = vals[p + np.uint64(4) * n]
+            v5 = vals[p + np.uint64(5) * n]
             w0 = (m[0, 0] * v0 + m[0, 1] * v1 + m[0, 2] * v2) + (m[0, 3] * v3 + m[0, 4] * v4 + m[0, 5] * v5)
             w1 = (m[1, 0] * v0 + m[1, 1] * v1 + m[1, 2] * v2) + (m[1, 3] * v3 + m[1, 4] * v4 + m[1, 5] * v5)
             w2 = (m[2, 0] * v0 + m[2, 1] * v1 + m[2, 2] * v2) + (m[2, 3] * v3 + m[2, 4] * v4 + m[2, 5] * v5)
@@ -141,7 +159,9 @@ def _body_diagonal(indptr, ndiag, cols, vals, blocks, y):
             w4 = (m[4, 0] * v0 + m[4, 1] * v1 + m[4, 2] * v2) + (m[4, 3] * v3 + m[4, 4] * v4 + m[4, 5] * v5)
             w5 = (m[5, 0] * v0 + m[5, 1] * v1 + m[5, 2] * v2) + (m[5, 3] * v3 + m[5, 4] * v4 + m[5, 5] * v5)
             s = ((v0 * w0 + v1 * w1) + (v2 * w2 + v3 * w3)) + (v4 * w4 + v5 * w5)
-            y[cols[p]] += s
+            c = np.uint64(cols[p])
+            y[c] += s
+            t += one
 
 
 def kernel():
