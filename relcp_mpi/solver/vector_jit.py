@@ -28,7 +28,7 @@ from relcp_mpi.geometry.numba_switch import AVAILABLE, backend, compiled_entries
 
 MIN_LENGTH = 4096        # the JIT kernels serve vectors from this length (importing numba costs ~1 s per process)
 
-_JIT_NAMES = ("_project_step", "_apgd_term", "_apgd_measure", "_extrapolate", "_bb_term", "_bb_measure")
+_JIT_NAMES = ("_project_step", "_resid", "_apgd_term", "_apgd_measure", "_extrapolate", "_bb_term", "_bb_measure")
 _ENTRIES = ("_project_step", "_apgd_measure", "_extrapolate", "_bb_measure")     # callees above come first
 AOT_SIGNATURES = {       # the entry points' types for the AOT build (geometry/aot_build.py)
     "_project_step": "void(f8[::1], f8[::1], f8[::1], f8[::1], f8[::1], f8[::1], f8)",
@@ -38,97 +38,154 @@ AOT_SIGNATURES = {       # the entry points' types for the AOT build (geometry/a
 }
 
 
+# The loops index with unsigned integers (numba tests every signed index for a negative value to wrap it around)
+# and keep the twelve partial sums in scalars: both made the measuring passes ~1.7x faster (same bits).
+_ONE = np.uint64(1)
+_FOUR = np.uint64(4)
+
+
 def _project_step(X, G, Y, GY, XO, GO, t):
     """``XO = X; GO = G; X = P(Y - t GY)`` (all (n,)); ``Y``/``GY`` may be ``X``/``G`` themselves (BBPGD)."""
     nt = -t
-    for i in range(X.shape[0]):
+    n = np.uint64(X.shape[0])
+    i = np.uint64(0)
+    while i < n:
         x = X[i]
         g = G[i]
         v = GY[i] * nt + Y[i]        # read before X[i], G[i] are written: Y may be X, GY may be G
         XO[i] = x
         GO[i] = g
         X[i] = v if (v > 0.0 or v != v) else 0.0
+        i += _ONE
 
 
-def _apgd_term(X, G, Q, Y, GY, XO, i, acc, k):
-    """Element i of :func:`_apgd_measure` into partial sums ``acc[:, k]``; returns ``|min(x_i, g_i)|`` (NaN when
-    either is NaN)."""
+def _resid(res, nan, x, g):
+    """The running min-map residual ``max |min(x, g)|`` and NaN flag after element (x, g)."""
+    r = np.nan if (x != x or g != g) else abs(x if x < g else g)
+    return (r if r > res else res), (nan or r != r)
+
+
+def _apgd_term(X, G, Q, Y, GY, XO, i):
+    """Element i of :func:`_apgd_measure`: ``G[i] += Q[i]``; returns its terms of d.d, d.(g - gy), d.(x - xo)
+    and (x_i, g_i)."""
     g = G[i] + Q[i]
     G[i] = g
     x = X[i]
     d = x - Y[i]
-    acc[0, k] += d * d
-    acc[1, k] += d * (g - GY[i])
-    acc[2, k] += d * (x - XO[i])
-    return np.nan if (x != x or g != g) else abs(x if x < g else g)
+    return d * d, d * (g - GY[i]), d * (x - XO[i]), x, g
 
 
 def _apgd_measure(X, G, Q, Y, GY, XO, out):
     """``G += Q`` (G held ``A x``), then ``out = [d.d, d.(G - GY), -d.(X - XO), max |min(X, G)|]`` with
-    ``d = X - Y``; ``out`` (4,)."""
-    n = X.shape[0]
-    m = n - n % 4
-    acc = np.zeros((3, 4))       # d.d, d.(g - gy), d.(x - xo): four partial sums each
+    ``d = X - Y``; ``out`` (4,).  Element i goes into partial sum i mod 4 (the tail into partial 0)."""
+    n = np.uint64(X.shape[0])
+    m = n - n % _FOUR
+    a0, a1, a2, a3 = 0.0, 0.0, 0.0, 0.0        # d.d
+    b0, b1, b2, b3 = 0.0, 0.0, 0.0, 0.0        # d.(g - gy)
+    c0, c1, c2, c3 = 0.0, 0.0, 0.0, 0.0        # d.(x - xo)
     res = 0.0
     nan = False
-    for i in range(0, m, 4):
-        for k in range(4):
-            r = _apgd_term(X, G, Q, Y, GY, XO, i + k, acc, k)
-            res = r if r > res else res
-            nan = nan or r != r
-    for i in range(m, n):
-        r = _apgd_term(X, G, Q, Y, GY, XO, i, acc, 0)
-        res = r if r > res else res
-        nan = nan or r != r
-    out[0] = (acc[0, 0] + acc[0, 1]) + (acc[0, 2] + acc[0, 3])
-    out[1] = (acc[1, 0] + acc[1, 1]) + (acc[1, 2] + acc[1, 3])
-    out[2] = -((acc[2, 0] + acc[2, 1]) + (acc[2, 2] + acc[2, 3]))
+    i = np.uint64(0)
+    while i < m:
+        t0, t1, t2, x, g = _apgd_term(X, G, Q, Y, GY, XO, i)
+        a0 += t0
+        b0 += t1
+        c0 += t2
+        res, nan = _resid(res, nan, x, g)
+        t0, t1, t2, x, g = _apgd_term(X, G, Q, Y, GY, XO, i + _ONE)
+        a1 += t0
+        b1 += t1
+        c1 += t2
+        res, nan = _resid(res, nan, x, g)
+        t0, t1, t2, x, g = _apgd_term(X, G, Q, Y, GY, XO, i + np.uint64(2))
+        a2 += t0
+        b2 += t1
+        c2 += t2
+        res, nan = _resid(res, nan, x, g)
+        t0, t1, t2, x, g = _apgd_term(X, G, Q, Y, GY, XO, i + np.uint64(3))
+        a3 += t0
+        b3 += t1
+        c3 += t2
+        res, nan = _resid(res, nan, x, g)
+        i += _FOUR
+    while i < n:
+        t0, t1, t2, x, g = _apgd_term(X, G, Q, Y, GY, XO, i)
+        a0 += t0
+        b0 += t1
+        c0 += t2
+        res, nan = _resid(res, nan, x, g)
+        i += _ONE
+    out[0] = (a0 + a1) + (a2 + a3)
+    out[1] = (b0 + b1) + (b2 + b3)
+    out[2] = -((c0 + c1) + (c2 + c3))
     out[3] = np.nan if nan else res
 
 
 def _extrapolate(X, XO, G, GO, Y, GY, beta):
     """``Y = X + beta (X - XO)``, ``GY = G + beta (G - GO)`` (all (n,))."""
-    for i in range(X.shape[0]):
+    n = np.uint64(X.shape[0])
+    i = np.uint64(0)
+    while i < n:
         x = X[i]
         Y[i] = (x - XO[i]) * beta + x
         g = G[i]
         GY[i] = (g - GO[i]) * beta + g
+        i += _ONE
 
 
-def _bb_term(X, G, Q, XO, GO, i, acc, k):
-    """Element i of :func:`_bb_measure` into partial sums ``acc[:, k]``; returns ``|min(x_i, g_i)|`` (NaN when
-    either is NaN)."""
+def _bb_term(X, G, Q, XO, GO, i):
+    """Element i of :func:`_bb_measure`: ``G[i] += Q[i]``; returns its terms of s.s, s.y, y.y and (x_i, g_i)."""
     g = G[i] + Q[i]
     G[i] = g
     x = X[i]
-    s = x - XO[i]
+    sv = x - XO[i]
     y = g - GO[i]
-    acc[0, k] += s * s
-    acc[1, k] += s * y
-    acc[2, k] += y * y
-    return np.nan if (x != x or g != g) else abs(x if x < g else g)
+    return sv * sv, sv * y, y * y, x, g
 
 
 def _bb_measure(X, G, Q, XO, GO, out):
     """``G += Q`` (G held ``A x``), then ``out = [s.s, s.y, y.y, max |min(X, G)|]`` with ``s = X - XO``,
-    ``y = G - GO``; ``out`` (4,)."""
-    n = X.shape[0]
-    m = n - n % 4
-    acc = np.zeros((3, 4))       # s.s, s.y, y.y: four partial sums each
+    ``y = G - GO``; ``out`` (4,).  Element i goes into partial sum i mod 4 (the tail into partial 0)."""
+    n = np.uint64(X.shape[0])
+    m = n - n % _FOUR
+    a0, a1, a2, a3 = 0.0, 0.0, 0.0, 0.0        # s.s
+    b0, b1, b2, b3 = 0.0, 0.0, 0.0, 0.0        # s.y
+    c0, c1, c2, c3 = 0.0, 0.0, 0.0, 0.0        # y.y
     res = 0.0
     nan = False
-    for i in range(0, m, 4):
-        for k in range(4):
-            r = _bb_term(X, G, Q, XO, GO, i + k, acc, k)
-            res = r if r > res else res
-            nan = nan or r != r
-    for i in range(m, n):
-        r = _bb_term(X, G, Q, XO, GO, i, acc, 0)
-        res = r if r > res else res
-        nan = nan or r != r
-    out[0] = (acc[0, 0] + acc[0, 1]) + (acc[0, 2] + acc[0, 3])
-    out[1] = (acc[1, 0] + acc[1, 1]) + (acc[1, 2] + acc[1, 3])
-    out[2] = (acc[2, 0] + acc[2, 1]) + (acc[2, 2] + acc[2, 3])
+    i = np.uint64(0)
+    while i < m:
+        t0, t1, t2, x, g = _bb_term(X, G, Q, XO, GO, i)
+        a0 += t0
+        b0 += t1
+        c0 += t2
+        res, nan = _resid(res, nan, x, g)
+        t0, t1, t2, x, g = _bb_term(X, G, Q, XO, GO, i + _ONE)
+        a1 += t0
+        b1 += t1
+        c1 += t2
+        res, nan = _resid(res, nan, x, g)
+        t0, t1, t2, x, g = _bb_term(X, G, Q, XO, GO, i + np.uint64(2))
+        a2 += t0
+        b2 += t1
+        c2 += t2
+        res, nan = _resid(res, nan, x, g)
+        t0, t1, t2, x, g = _bb_term(X, G, Q, XO, GO, i + np.uint64(3))
+        a3 += t0
+        b3 += t1
+        c3 += t2
+        res, nan = _resid(res, nan, x, g)
+        i += _FOUR
+    while i < n:
+        t0, t1, t2, x, g = _bb_term(X, G, Q, XO, GO, i)
+        a0 += t0
+        b0 += t1
+        c0 += t2
+        res, nan = _resid(res, nan, x, g)
+        i += _ONE
+    out[0] = (a0 + a1) + (a2 + a3)
+    out[1] = (b0 + b1) + (b2 + b3)
+    out[2] = (c0 + c1) + (c2 + c3)
     out[3] = np.nan if nan else res
 
 
