@@ -87,20 +87,16 @@ def _body_matvec(indptr, ndiag, cols, vals, blocks, x, y):
             t += np.uint64(2)
         # the odd owned column, then the ghost columns one at a time, continuing the sums (MPIAIJ's off-diagonal
         # block has no inodes: its multAdd adds term by term)
+        n2, n3, n4, n5 = np.uint64(2) * n, np.uint64(3) * n, np.uint64(4) * n, np.uint64(5) * n
         while t < n:
             p = r0 + t
             xa = x[np.uint64(cols[p])]
             u0 += vals[p] * xa
-            p += n
-            u1 += vals[p] * xa
-            p += n
-            u2 += vals[p] * xa
-            p += n
-            u3 += vals[p] * xa
-            p += n
-            u4 += vals[p] * xa
-            p += n
-            u5 += vals[p] * xa
+            u1 += vals[p + n] * xa
+            u2 += vals[p + n2] * xa
+            u3 += vals[p + n3] * xa
+            u4 += vals[p + n4] * xa
+            u5 += vals[p + n5] * xa
             t += one
         m = blocks[b]
         f0 = ((m[0, 0] * u0 + m[0, 2] * u2) + m[0, 4] * u4) + ((m[0, 1] * u1 + m[0, 3] * u3) + m[0, 5] * u5)
@@ -113,19 +109,9 @@ def _body_matvec(indptr, ndiag, cols, vals, blocks, x, y):
         while t < n:
             p = r0 + t
             c = np.uint64(cols[p])
-            s = y[c]
-            s += vals[p] * f0
-            p += n
-            s += vals[p] * f1
-            p += n
-            s += vals[p] * f2
-            p += n
-            s += vals[p] * f3
-            p += n
-            s += vals[p] * f4
-            p += n
-            s += vals[p] * f5
-            y[c] = s
+            # the six terms added to y[c] one after the other, left to right (multTranspose's order)
+            y[c] = (((((y[c] + vals[p] * f0) + vals[p + n] * f1) + vals[p + n2] * f2) + vals[p + n3] * f3)
+                    + vals[p + n4] * f4) + vals[p + n5] * f5
             t += one
 
 

@@ -28,7 +28,7 @@ from relcp_mpi.geometry.numba_switch import AVAILABLE, backend, compiled_entries
 
 MIN_LENGTH = 4096        # the JIT kernels serve vectors from this length (importing numba costs ~1 s per process)
 
-_JIT_NAMES = ("_project_step", "_resid", "_apgd_term", "_apgd_measure", "_extrapolate", "_bb_term", "_bb_measure")
+_JIT_NAMES = ("_project_step", "_resid", "_term", "_add", "_measure", "_apgd_measure", "_extrapolate", "_bb_measure")
 _ENTRIES = ("_project_step", "_apgd_measure", "_extrapolate", "_bb_measure")     # callees above come first
 AOT_SIGNATURES = {       # the entry points' types for the AOT build (geometry/aot_build.py)
     "_project_step": "void(f8[::1], f8[::1], f8[::1], f8[::1], f8[::1], f8[::1], f8)",
@@ -65,60 +65,65 @@ def _resid(res, nan, x, g):
     return (r if r > res else res), (nan or r != r)
 
 
-def _apgd_term(X, G, Q, Y, GY, XO, i):
-    """Element i of :func:`_apgd_measure`: ``G[i] += Q[i]``; returns its terms of d.d, d.(g - gy), d.(x - xo)
-    and (x_i, g_i)."""
+def _term(X, G, Q, A, B, C, i, apgd):
+    """Element i of :func:`_measure`: ``G[i] += Q[i]``; returns its three dot-product terms and (x_i, g_i).
+    APGD (A, B, C = Y, GY, XO): d.d, d.(g - gy), d.(x - xo) with d = x - y; BBPGD (A, B = XO, GO): s.s, s.y, y.y
+    with s = x - xo, y = g - go."""
     g = G[i] + Q[i]
     G[i] = g
     x = X[i]
-    d = x - Y[i]
-    return d * d, d * (g - GY[i]), d * (x - XO[i]), x, g
+    d = x - A[i]
+    if apgd:
+        return d * d, d * (g - B[i]), d * (x - C[i]), x, g
+    y = g - B[i]
+    return d * d, d * y, y * y, x, g
 
 
-def _apgd_measure(X, G, Q, Y, GY, XO, out):
-    """``G += Q`` (G held ``A x``), then ``out = [d.d, d.(G - GY), -d.(X - XO), max |min(X, G)|]`` with
-    ``d = X - Y``; ``out`` (4,).  Element i goes into partial sum i mod 4 (the tail into partial 0)."""
+def _add(a, b, c, res, nan, X, G, Q, A, B, C, i, apgd):
+    """Element i added to the partial sums (a, b, c) and to the running residual (res, nan)."""
+    t0, t1, t2, x, g = _term(X, G, Q, A, B, C, i, apgd)
+    res, nan = _resid(res, nan, x, g)
+    return a + t0, b + t1, c + t2, res, nan
+
+
+def _measure(X, G, Q, A, B, C, apgd, out):
+    """The measuring pass of :func:`_apgd_measure` / :func:`_bb_measure`: ``out[:3]`` the three dot products of
+    :func:`_term` (element i into partial sum i mod 4, the tail into partial 0; the third negated for APGD),
+    ``out[3] = max |min(X, G)|`` (NaN if any element is NaN)."""
     n = np.uint64(X.shape[0])
     m = n - n % _FOUR
-    a0, a1, a2, a3 = 0.0, 0.0, 0.0, 0.0        # d.d
-    b0, b1, b2, b3 = 0.0, 0.0, 0.0, 0.0        # d.(g - gy)
-    c0, c1, c2, c3 = 0.0, 0.0, 0.0, 0.0        # d.(x - xo)
+    a0, a1, a2, a3 = 0.0, 0.0, 0.0, 0.0
+    b0, b1, b2, b3 = 0.0, 0.0, 0.0, 0.0
+    c0, c1, c2, c3 = 0.0, 0.0, 0.0, 0.0
     res = 0.0
     nan = False
     i = np.uint64(0)
     while i < m:
-        t0, t1, t2, x, g = _apgd_term(X, G, Q, Y, GY, XO, i)
-        a0 += t0
-        b0 += t1
-        c0 += t2
-        res, nan = _resid(res, nan, x, g)
-        t0, t1, t2, x, g = _apgd_term(X, G, Q, Y, GY, XO, i + _ONE)
-        a1 += t0
-        b1 += t1
-        c1 += t2
-        res, nan = _resid(res, nan, x, g)
-        t0, t1, t2, x, g = _apgd_term(X, G, Q, Y, GY, XO, i + np.uint64(2))
-        a2 += t0
-        b2 += t1
-        c2 += t2
-        res, nan = _resid(res, nan, x, g)
-        t0, t1, t2, x, g = _apgd_term(X, G, Q, Y, GY, XO, i + np.uint64(3))
-        a3 += t0
-        b3 += t1
-        c3 += t2
-        res, nan = _resid(res, nan, x, g)
+        a0, b0, c0, res, nan = _add(a0, b0, c0, res, nan, X, G, Q, A, B, C, i, apgd)
+        a1, b1, c1, res, nan = _add(a1, b1, c1, res, nan, X, G, Q, A, B, C, i + _ONE, apgd)
+        a2, b2, c2, res, nan = _add(a2, b2, c2, res, nan, X, G, Q, A, B, C, i + np.uint64(2), apgd)
+        a3, b3, c3, res, nan = _add(a3, b3, c3, res, nan, X, G, Q, A, B, C, i + np.uint64(3), apgd)
         i += _FOUR
     while i < n:
-        t0, t1, t2, x, g = _apgd_term(X, G, Q, Y, GY, XO, i)
-        a0 += t0
-        b0 += t1
-        c0 += t2
-        res, nan = _resid(res, nan, x, g)
+        a0, b0, c0, res, nan = _add(a0, b0, c0, res, nan, X, G, Q, A, B, C, i, apgd)
         i += _ONE
     out[0] = (a0 + a1) + (a2 + a3)
     out[1] = (b0 + b1) + (b2 + b3)
-    out[2] = -((c0 + c1) + (c2 + c3))
+    third = (c0 + c1) + (c2 + c3)
+    out[2] = -third if apgd else third
     out[3] = np.nan if nan else res
+
+
+def _apgd_measure(X, G, Q, Y, GY, XO, out):
+    """``G += Q`` (G held ``A x``), then ``out = [d.d, d.(G - GY), -d.(X - XO), max |min(X, G)|]`` with
+    ``d = X - Y``; ``out`` (4,)."""
+    _measure(X, G, Q, Y, GY, XO, True, out)
+
+
+def _bb_measure(X, G, Q, XO, GO, out):
+    """``G += Q`` (G held ``A x``), then ``out = [s.s, s.y, y.y, max |min(X, G)|]`` with ``s = X - XO``,
+    ``y = G - GO``; ``out`` (4,)."""
+    _measure(X, G, Q, XO, GO, XO, False, out)
 
 
 def _extrapolate(X, XO, G, GO, Y, GY, beta):
@@ -131,62 +136,6 @@ def _extrapolate(X, XO, G, GO, Y, GY, beta):
         g = G[i]
         GY[i] = (g - GO[i]) * beta + g
         i += _ONE
-
-
-def _bb_term(X, G, Q, XO, GO, i):
-    """Element i of :func:`_bb_measure`: ``G[i] += Q[i]``; returns its terms of s.s, s.y, y.y and (x_i, g_i)."""
-    g = G[i] + Q[i]
-    G[i] = g
-    x = X[i]
-    sv = x - XO[i]
-    y = g - GO[i]
-    return sv * sv, sv * y, y * y, x, g
-
-
-def _bb_measure(X, G, Q, XO, GO, out):
-    """``G += Q`` (G held ``A x``), then ``out = [s.s, s.y, y.y, max |min(X, G)|]`` with ``s = X - XO``,
-    ``y = G - GO``; ``out`` (4,).  Element i goes into partial sum i mod 4 (the tail into partial 0)."""
-    n = np.uint64(X.shape[0])
-    m = n - n % _FOUR
-    a0, a1, a2, a3 = 0.0, 0.0, 0.0, 0.0        # s.s
-    b0, b1, b2, b3 = 0.0, 0.0, 0.0, 0.0        # s.y
-    c0, c1, c2, c3 = 0.0, 0.0, 0.0, 0.0        # y.y
-    res = 0.0
-    nan = False
-    i = np.uint64(0)
-    while i < m:
-        t0, t1, t2, x, g = _bb_term(X, G, Q, XO, GO, i)
-        a0 += t0
-        b0 += t1
-        c0 += t2
-        res, nan = _resid(res, nan, x, g)
-        t0, t1, t2, x, g = _bb_term(X, G, Q, XO, GO, i + _ONE)
-        a1 += t0
-        b1 += t1
-        c1 += t2
-        res, nan = _resid(res, nan, x, g)
-        t0, t1, t2, x, g = _bb_term(X, G, Q, XO, GO, i + np.uint64(2))
-        a2 += t0
-        b2 += t1
-        c2 += t2
-        res, nan = _resid(res, nan, x, g)
-        t0, t1, t2, x, g = _bb_term(X, G, Q, XO, GO, i + np.uint64(3))
-        a3 += t0
-        b3 += t1
-        c3 += t2
-        res, nan = _resid(res, nan, x, g)
-        i += _FOUR
-    while i < n:
-        t0, t1, t2, x, g = _bb_term(X, G, Q, XO, GO, i)
-        a0 += t0
-        b0 += t1
-        c0 += t2
-        res, nan = _resid(res, nan, x, g)
-        i += _ONE
-    out[0] = (a0 + a1) + (a2 + a3)
-    out[1] = (b0 + b1) + (b2 + b3)
-    out[2] = (c0 + c1) + (c2 + c3)
-    out[3] = np.nan if nan else res
 
 
 # ---- numpy twins (the same bits) ------------------------------------------------------------------------------
