@@ -26,7 +26,8 @@ two on random, clustered, periodic-ghost-like and boundary clouds).
 """
 import numpy as np
 
-from relcp_mpi.geometry.numba_switch import AVAILABLE, backend, compiled_entries, enabled  # noqa: F401 (re-exported)
+from relcp_mpi.geometry.numba_switch import (AVAILABLE, backend, compiled_entries, enabled,  # noqa: F401 (re-exported)
+                                              use_compiled)
 
 MIN_ROWS = 4096         # the tree path's compiled filter: fewer tree pairs are filtered as fast by numpy
 MIN_POINTS = 1024       # the JIT cell list: smaller sets take the tree (importing numba costs ~1 s per process)
@@ -202,10 +203,8 @@ def _filter_sort(x, r, skin, n_owned, pairs, start, lo_out, hi_out):
 
 def use_cells(m):
     """True when :func:`cell_pairs` takes the search of m points: a compiled backend, and for the JIT at least
-    ``MIN_POINTS`` points."""
-    if not enabled():
-        return False
-    return backend() == "aot" or m >= MIN_POINTS
+    ``MIN_POINTS`` points (:func:`numba_switch.use_compiled`)."""
+    return use_compiled(m, MIN_POINTS)
 
 
 def cell_grid(x, radius):

@@ -24,6 +24,7 @@ from mpi4py import MPI
 
 from relcp_mpi.bodies.shapes import bounding_radius
 from relcp_mpi.bodies.store import BodyStore
+from relcp_mpi.contact.constraints import lookup_keys
 from relcp_mpi.contact.neighbors import candidate_pairs, wall_candidates
 from relcp_mpi.geometry.contact import pair_snsd, wall_snsd
 from relcp_mpi.io.progress import StageTimer
@@ -56,7 +57,8 @@ class InitialOverlapError(ValueError):
 
 def _local_index(gid, query):
     """(m,) position in ``gid`` (n,) (distinct ids) of each id of ``query`` (m,), -1 where absent.  A direct table
-    over the ids' range when it is not much wider than n (one scatter and one gather), else a sort and a search."""
+    over the ids' range when it is not much wider than n (one scatter and one gather), else the sort and search of
+    :func:`relcp_mpi.contact.constraints.lookup_keys`."""
     out = np.full(len(query), -1, np.int64)
     if len(gid) == 0 or len(query) == 0:
         return out
@@ -68,12 +70,7 @@ def _local_index(gid, query):
         inside = (q >= lo) & (q <= hi)
         out[inside] = table[q[inside] - lo]
         return out
-    order = np.argsort(gid)
-    sg = gid[order]
-    pos = np.minimum(np.searchsorted(sg, q), len(sg) - 1)
-    hit = sg[pos] == q
-    out[hit] = order[pos[hit]]
-    return out
+    return lookup_keys(q, np.asarray(gid, dtype=np.int64))
 
 
 class StepEngine:
