@@ -132,10 +132,12 @@ def match_keys(keys, table_keys, table_values, default=0.0):
 
 
 # the attribute by which assemble_D marks its D as having one column pattern per body (the six dof rows of a body
-# share it), for the solver's compiled operator (solver/operator_jit.py); it holds D's local CSR arrays (indptr,
-# cols, vals) with global columns: on one rank the arrays PETSc uses in place, on several ranks (where PETSc copied
-# them) the originals, which the operator takes once and replaces by the empty tuple (so they are not held twice)
+# share it), for the solver's compiled operator (solver/operator_jit.py); on one rank it holds D's local CSR arrays
+# (indptr, cols, vals) with global columns, the arrays PETSc uses in place; on several ranks the empty tuple, and
+# LAYOUT_ATTR holds the operator's layout of the local rows (see assemble_D), which the operator takes over once
+# (replacing it by the empty tuple, so it is not held twice)
 CSR_ATTR = "relcp_csr"
+LAYOUT_ATTR = "relcp_layout"
 
 
 def assemble_D(table, body_row, row_starts, comm, col_offset, n_cols_global, D=None):
@@ -159,15 +161,46 @@ def assemble_D(table, body_row, row_starts, comm, col_offset, n_cols_global, D=N
     if size > 1:
         body, col, component = _route_halves(body, col, component, np.asarray(row_starts, dtype=np.int64), comm)
     nloc = 6 * (b1 - b0)
-    # the (local block row, column) code of every 6-vector; body and col are not needed beyond it (peak memory)
-    key = (body - b0) * max(int(n_cols_global), 1) + col
-    del body, col
-    indptr, cols, vals = _owned_csr(key, component, b1 - b0, n_cols_global)
+    ncol = max(int(n_cols_global), 1)
+    size_arg = ((nloc, None), (len(table), n_cols_global))
+    if size == 1:
+        # the (local block row, column) code of every 6-vector; body and col are not needed beyond it (peak memory)
+        key = (body - b0) * ncol + col
+        del body, col
+        indptr, cols, vals = _owned_csr(key, component, b1 - b0, n_cols_global)
+        del key, component
+        D = PETSc.Mat().createAIJWithArrays(size=size_arg, csr=(indptr, cols, vals), comm=comm)
+        D.assemble()
+        D.setAttr(CSR_ATTR, (indptr, cols, vals))
+        return D
+    # several ranks: each body's owned columns first, then its ghost columns (columns of other ranks' rows), each
+    # part ascending -- the diagonal and off-diagonal blocks of PETSc's MPIAIJ in its own entry order, handed to
+    # PETSc split (MatCreateMPIAIJWithSplitArrays: no row-by-row insertion) and, renumbered, to the compiled
+    # operator (solver/operator.py, _OnePass), which would otherwise reorder D's rows itself at every level
+    c0, c1 = int(col_offset), int(col_offset) + len(table)
+    ghost = (col < c0) | (col >= c1)
+    key = (body - b0) * (2 * ncol) + ghost * ncol + col
+    ndiag = np.bincount(body[~ghost] - b0, minlength=b1 - b0).astype(np.int64)
+    gl = np.unique(col[ghost])                  # the ghost columns, ascending (PETSc's garray order)
+    del body, col, ghost
+    indptr, cols, vals = _owned_csr(key, component, b1 - b0, n_cols_global, stride=2 * ncol)
     del key, component
-    D = PETSc.Mat().createAIJWithArrays(size=((nloc, None), (len(table), n_cols_global)),
-                                        csr=(indptr, cols, vals), comm=comm)
+    gm = (cols < c0) | (cols >= c1)             # per entry
+    own = ~gm
+    nper = (indptr[1::6] - indptr[0:-1:6]).astype(np.int64)      # columns per body
+    di = np.zeros(nloc + 1, PETSc.IntType)
+    np.cumsum(np.repeat(ndiag, 6), out=di[1:])
+    oi = np.zeros(nloc + 1, PETSc.IntType)
+    np.cumsum(np.repeat(nper - ndiag, 6), out=oi[1:])
+    split = ((di, (cols[own] - c0).astype(PETSc.IntType), vals[own]), (oi, cols[gm], vals[gm]))
+    D = PETSc.Mat().createAIJWithArrays(size=size_arg, csr=split, comm=comm)
     D.assemble()
-    D.setAttr(CSR_ATTR, (indptr, cols, vals))
+    del split, di, oi
+    lcols = cols                                # local numbering: owned c - c0, ghost n_owned + rank in gl
+    lcols[own] -= c0
+    lcols[gm] = (c1 - c0) + np.searchsorted(gl, lcols[gm])
+    D.setAttr(CSR_ATTR, ())
+    D.setAttr(LAYOUT_ATTR, (indptr, ndiag, lcols, vals, gl))
     return D
 
 
@@ -207,10 +240,11 @@ def _halves(table, body_row, col_offset):
     return body, np.concatenate([col, col[pair]]), component
 
 
-def _owned_csr(key, component, nb, ncol):
+def _owned_csr(key, component, nb, ncol, stride=None):
     """CSR arrays (indptr (6 nb + 1,), columns (e,), values (e,)) in PETSc's IntType / ScalarType of the local
     rows of D, from h 6-vectors given by their codes ``key`` (h,) int64 = local block row b in [0, nb) times
-    max(ncol, 1) plus column, and ``component(k)``, the (h,) array of their components k (see :func:`_halves`):
+    ``stride`` (default max(ncol, 1)) plus column (assemble_D on several ranks: stride 2 ncol, plus ncol for a
+    ghost column, so that a body's owned columns come first), and ``component(k)``, the (h,) array of their components k (see :func:`_halves`):
     dof row 6 b + k holds component k of the 6-vectors of body b, in ascending column order.  Values are
     normalised with ``+ 0.0`` and 6-vectors at the same (body, column) summed in input order, which is bit for bit
     the former (row, col, value) triplet construction (``lexsort`` + ``bincount``, turning -0.0 into 0.0).  A
@@ -223,6 +257,7 @@ def _owned_csr(key, component, nb, ncol):
     ~7 h-arrays live; this assembly is the step's peak)."""
     PETSc = get_petsc()
     ncol = max(int(ncol), 1)
+    stride = ncol if stride is None else int(stride)
     order = np.argsort(key, kind="stable")
     key[:] = key[order]
     new = np.ones(len(key), bool)
@@ -233,7 +268,7 @@ def _owned_csr(key, component, nb, ncol):
         component, key, order = merged.__getitem__, key[first], None
     del new
     col = key % ncol
-    body = key // ncol
+    body = key // stride
     nper = np.bincount(body, minlength=nb)                   # 6-vectors (columns) per body
     start = np.cumsum(nper) - nper                          # first 6-vector of each body
     indptr = np.zeros(6 * nb + 1, PETSc.IntType)

@@ -37,12 +37,18 @@ def use(rows):
     return use_compiled(rows, MIN_ROWS)
 
 
-_JIT_NAMES = ("_mv", "_f", "_tgrad", "_newton_pair", "_newton_all", "_foot_axis", "_foot_all")
-_ENTRIES = ("_newton_all", "_foot_all")
+_JIT_NAMES = ("_mv", "_f", "_tgrad", "_newton_pair", "_newton_all", "_foot_axis", "_foot_all", "_support_any",
+              "_general_lb_all")
+_ENTRIES = ("_newton_all", "_foot_all", "_general_lb_all")
 AOT_SIGNATURES = {      # the entry points' types for the AOT build (geometry/aot_build.py)
     "_newton_all": "void(f8[:, ::1], f8[:, ::1], f8, f8, i8, f8[:, ::1], b1[::1])",
     "_foot_all": "void(f8[:, ::1], f8[:, ::1], i8, f8[:, ::1], f8[::1], f8[:, ::1], b1[::1])",
+    "_general_lb_all": "void(f8[:, ::1], f8[:, :, ::1], i8[::1], f8[:, ::1], i8[::1], i8[::1], f8[:, ::1], b1, "
+                       "b1[::1], f8[::1])",
 }
+
+# body kinds (relcp_mpi.bodies.shapes; repeated here: kernel modules import nothing from the package)
+_SPHERE, _ROD, _ELLIPSOID, _RING = 0, 1, 2, 3
 
 
 def _compiled():
@@ -341,3 +347,68 @@ def closest_point_body(e, y, max_iter):
     if m:
         _compiled()[1](e, y, int(max_iter), foot, sdf, normal, conv)
     return foot, sdf, normal, conv
+
+
+def _support_any(kind, shape, R, i, u0, u1, u2):
+    """Support value of body i along the unit u, as ``support.support`` computes it for a body set with
+    ellipsoids: the body-frame component ``ub_c = (R_0c u0 + R_1c u1) + R_2c u2`` (einsum ``kji,kj->ki``),
+    sphere R, rod R + (L/2) |ub_2|, ellipsoid |diag(a, b, c) ub| summed (s0 + s1) + s2 (``np.linalg.norm``),
+    ring Rc sqrt(max(0, 1 - ub_2^2)) + r."""
+    k = kind[i]
+    if k == _SPHERE:
+        return shape[i, 0]
+    z = abs((R[i, 0, 2] * u0 + R[i, 1, 2] * u1) + R[i, 2, 2] * u2)
+    if k == _ROD:
+        return shape[i, 0] + 0.5 * shape[i, 1] * z
+    if k == _ELLIPSOID:
+        a = shape[i, 0] * ((R[i, 0, 0] * u0 + R[i, 1, 0] * u1) + R[i, 2, 0] * u2)
+        b = shape[i, 1] * ((R[i, 0, 1] * u0 + R[i, 1, 1] * u1) + R[i, 2, 1] * u2)
+        c = shape[i, 2] * z
+        return np.sqrt((a * a + b * b) + c * c)
+    w = 1.0 - z * z
+    return shape[i, 0] * np.sqrt(w if (w != w or w > 0.0) else 0.0) + shape[i, 1]
+
+
+def _general_lb_all(X, R, kind, shape, ia, ib, hint, has_hint, good, lb):
+    """``support.separation_lower_bound`` of the pairs (ia, ib) of a body set with ellipsoids or rings, pair after
+    pair (the same operations in the same order): X (m, 3), R (m, 3, 3), kind (m,), shape (m, 3); ``hint`` (k, 3)
+    read where ``has_hint``; ``good`` (k,) the hints it uses (finite, non-zero norm); -> lb (k,)."""
+    for k in range(ia.shape[0]):
+        a, b = ia[k], ib[k]
+        d0, d1, d2 = X[a, 0] - X[b, 0], X[a, 1] - X[b, 1], X[a, 2] - X[b, 2]
+        dist = np.sqrt((d0 * d0 + d1 * d1) + d2 * d2)
+        if dist > 0:
+            u0, u1, u2 = d0 / dist, d1 / dist, d2 / dist
+            v = (dist - _support_any(kind, shape, R, a, u0, u1, u2)) - _support_any(kind, shape, R, b, u0, u1, u2)
+        else:
+            v = -np.inf
+        if has_hint and good[k]:
+            h0, h1, h2 = hint[k, 0], hint[k, 1], hint[k, 2]
+            hn = np.sqrt((h0 * h0 + h1 * h1) + h2 * h2)
+            w0, w1, w2 = h0 / hn, h1 / hn, h2 / hn
+            # np.einsum("ij,ij->i") of contiguous rows sums ((0 + p0) + p2) + p1 (spherocylinder_jit._dot)
+            lb_h = ((((0.0 + w0 * d0) + w2 * d2) + w1 * d1) - _support_any(kind, shape, R, a, w0, w1, w2)) \
+                - _support_any(kind, shape, R, b, w0, w1, w2)
+            v = v if (v != v or v > lb_h) else lb_h
+        lb[k] = v
+
+
+def general_lower_bound(X, R, kind, shape, ia, ib, hint=None):
+    """Compiled ``support.pair_lower_bound`` of a body set with ellipsoids or rings, the same bits: X (m, 3),
+    R (m, 3, 3) rotation matrices, kind (m,), shape (m, 3), pairs (ia, ib) (k,), hint (k, 3) or None -> lb (k,)
+    [L]."""
+    k = len(ia)
+    lb = np.empty(k)
+    if k:
+        has = hint is not None
+        if has:
+            h = np.ascontiguousarray(hint, dtype=np.float64)
+            hn = np.sqrt((h[:, 0] * h[:, 0] + h[:, 1] * h[:, 1]) + h[:, 2] * h[:, 2])
+            good = np.isfinite(hn) & (hn > 0)
+        else:
+            h, good = np.zeros((1, 3)), np.zeros(1, np.bool_)
+        _compiled()[2](np.ascontiguousarray(X, dtype=np.float64), np.ascontiguousarray(R, dtype=np.float64),
+                       np.ascontiguousarray(kind, dtype=np.int64), np.ascontiguousarray(shape, dtype=np.float64),
+                       np.ascontiguousarray(ia, dtype=np.int64), np.ascontiguousarray(ib, dtype=np.int64), h, has,
+                       good, lb)
+    return lb

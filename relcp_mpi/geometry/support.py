@@ -18,7 +18,7 @@ import numpy as np
 from relcp_mpi.bodies.shapes import ELLIPSOID, RING, SPHERE, SPHEROCYLINDER
 from relcp_mpi.basics import quaternion
 from relcp_mpi.basics.rows import norm_rows
-from relcp_mpi.geometry import spherocylinder_jit
+from relcp_mpi.geometry import ellipsoid_jit, spherocylinder_jit
 
 __all__ = ["support", "separation_lower_bound", "pair_lower_bound"]
 
@@ -108,11 +108,13 @@ def pair_lower_bound(kind, shape, X, R, ia, ib, hint=None):
     bodies; hint (k, 3) or None as in :func:`separation_lower_bound`.  When every body is a sphere or a
     spherocylinder (h = R + L/2 |a . u|, a sphere being a rod of length 0), the bound is computed from
     per-body axis and radius columns gathered per pair (no (k, 3, 3) matrices, no kind masks); other body sets
-    take the general function."""
+    take the general function (compiled: ``ellipsoid_jit.general_lower_bound``)."""
     kind = np.asarray(kind)
     ia = np.asarray(ia, dtype=np.int64)
     ib = np.asarray(ib, dtype=np.int64)
     if not np.all((kind == SPHERE) | (kind == SPHEROCYLINDER)):
+        if ellipsoid_jit.use(len(ia)):            # compiled twin of the general function, same bits
+            return ellipsoid_jit.general_lower_bound(X, R, kind, shape, ia, ib, hint=hint)
         return separation_lower_bound(kind[ia], shape[ia], X[ia], None, kind[ib], shape[ib], X[ib], None,
                                       hint=hint, R_i=R[ia], R_j=R[ib])
     rad = np.ascontiguousarray(shape[:, 0], dtype=float)

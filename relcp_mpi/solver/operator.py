@@ -18,7 +18,7 @@ import weakref
 
 import numpy as np
 
-from relcp_mpi.contact.constraints import CSR_ATTR, local_csr
+from relcp_mpi.contact.constraints import CSR_ATTR, LAYOUT_ATTR, local_csr
 from relcp_mpi.petsc import get_petsc
 from relcp_mpi.solver import operator_jit
 
@@ -237,6 +237,14 @@ class _OnePass:
         return op
 
     def _build(self, D):
+        c0, c1 = D.getOwnershipRangeColumn()
+        self.n_owned = c1 - c0
+        lay = D.getAttr(LAYOUT_ATTR)
+        if lay:                                     # assemble_D's layout: taken over once
+            D.setAttr(LAYOUT_ATTR, ())
+            indptr, ndiag, lcols, vals, gl = lay
+            self._ghosts(D, (indptr, ndiag, lcols, vals), gl)
+            return
         csr = D.getAttr(CSR_ATTR)
         if len(csr):                                # assemble_D's arrays: taken once, not held beside the layout
             D.setAttr(CSR_ATTR, ())
@@ -244,8 +252,6 @@ class _OnePass:
             del csr
         else:                                       # taken by an earlier operator on this D: PETSc's copy
             indptr, cols, vals = D.getValuesCSR()   # local rows, global columns (ascending in each row)
-        c0, c1 = D.getOwnershipRangeColumn()
-        self.n_owned = c1 - c0
         indptr = np.asarray(indptr, dtype=np.int64)
         nb = (indptr.size - 1) // 6
         r0 = indptr[0:-1:6]
@@ -268,7 +274,12 @@ class _OnePass:
         for k in range(6):
             newcols[pos + k * step] = lcol
         ndiag = np.bincount(body[~ghost], minlength=nb).astype(np.int64)
-        self.layout = (indptr.astype(PETSc.IntType), ndiag, newcols, newvals)
+        self._ghosts(D, (indptr.astype(PETSc.IntType), ndiag, newcols, newvals), gl)
+
+    def _ghosts(self, D, layout, gl):
+        """Adopt ``layout`` (indptr, ndiag, local columns, values) and the ghost columns ``gl`` (ascending): the
+        extended vectors and the scatter of the ghost values."""
+        self.layout = layout
         self.xext = np.zeros(self.n_owned + gl.size)
         self.yext = np.zeros(self.n_owned + gl.size)
         self.xg = PETSc.Vec().createWithArray(self.xext[self.n_owned:], comm=PETSc.COMM_SELF)
