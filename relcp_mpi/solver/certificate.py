@@ -88,11 +88,12 @@ def _free_dofs(blocks):
     return np.repeat(np.any(blocks.reshape(len(blocks), -1) != 0, axis=1), 6)
 
 
-def search_certificate(D, q, blocks, dt, cols=None):
+def search_certificate(D, q, blocks, dt, cols=None, relaxed=True):
     """Search ``y >= 0, D y = 0, q.y < 0`` supported on ``cols`` (default: all columns) and verify it.
 
-    ``D`` scipy sparse (6 N, c), ``q`` (c,), ``blocks`` (N, 6, 6) unscaled mobility, ``dt`` [T].
-    Returns :class:`CertificateResult`."""
+    ``D`` scipy sparse (6 N, c), ``q`` (c,), ``blocks`` (N, 6, 6) unscaled mobility, ``dt`` [T].  ``relaxed``:
+    when the LP has no solution, bound the multipliers by the relaxed LP (module docstring); off, that second LP
+    is skipped (status 'none', nan bound).  Returns :class:`CertificateResult`."""
     from scipy.optimize import linprog
     D = D.tocsc()
     q = np.asarray(q, float)
@@ -110,7 +111,7 @@ def search_certificate(D, q, blocks, dt, cols=None):
     b_eq = np.concatenate([np.zeros(len(dofs)), [-1.0]])
     lp = linprog(np.ones(k), A_eq=A_eq, b_eq=b_eq, bounds=(0, None), method="highs-ds")
     empty.lp_status = lp.message
-    if lp.status == 2:
+    if lp.status == 2 and relaxed:
         # no exact certificate: the candidate of least ||D y||_1 (D y = s+ - s-, q.y = -1) still bounds the
         # multipliers of every feasible point (nearly infeasible LCPs)
         m = len(dofs)

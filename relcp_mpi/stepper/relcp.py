@@ -46,7 +46,7 @@ from relcp_mpi.geometry.result import ContactGeometry
 from relcp_mpi.geometry.support import pair_lower_bound, separation_lower_bound
 from relcp_mpi.petsc import get_petsc
 from relcp_mpi.solver.lcp import SolverError, solve_lcp
-from relcp_mpi.stepper import lcp_debug
+from relcp_mpi.stepper import lcp_debug, wall_pinch
 from relcp_mpi.solver.operator import ContactOperator
 from relcp_mpi.stepper.integrator import advance
 
@@ -394,6 +394,7 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
     fallbacks = 0
     n_backed = 0                     # rows taken along the step's path (contact.row_depth_limit), this rank
     max_trial_rot = 0.0
+    pinch_rows = 0                   # wall rows searched for a pinch certificate (all ranks, all levels)
     history = []
     rank, size = comm.rank, comm.size
     U_ext = inp.U_ext
@@ -440,6 +441,8 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
         T.stop("assembly")
         with T.stage("solve"):
             try:
+                if depth > 0:                    # appended rows: an exactly certified pinch fails at once
+                    pinch_rows += _wall_pinch(inp, prm, table, DtU, comm, depth)
                 res, extra = _solve(A, gap_v, gv, prm)
             except SolverError as exc:           # every rank: dump / explain the failed LCP, then fail
                 lcp_debug.on_failure(prm.debug, exc, comm, D, inp, dt, table, gv.getArray(), depth)
@@ -556,6 +559,8 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
         diag["fallback_solves"] = fallbacks
     if prm.row_depth_limit > 0.0:
         diag["backed_off_rows"] = int(n_backed)
+    if pinch_rows:           # only then, like fallback_solves
+        diag["pinch_rows_checked"] = int(pinch_rows)
     # next step's geometry hints: the latest normal of each body-pair row's pair (evaluated at the committed
     # configuration when the pair was in the last trial check); wall rows keep their own normal
     hint = table.normal.copy()
@@ -571,6 +576,41 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
                                                                         == 0))))
     return StepResult(x=xt, q=qt, U=U_trial, F=F, table=table, gamma=gamma, diagnostics=diag, hint=hint,
                       carry=carried)
+
+
+def _wall_pinch(inp, prm, table, DtU, comm, depth):
+    """Collective: raise :class:`wall_pinch.InfeasibleRowsError` on every rank when some rank's wall rows pinch a
+    body (an exactly verified infeasibility certificate, stepper/wall_pinch.py); ``DtU`` (c,) = D^T U_ext of the
+    local rows (their zero-velocity gaps are ``gap_free - dt DtU``).  Returns the number of wall rows checked on
+    all ranks (0 when no appended wall row predicted a gap below -overlap_tol at zero velocity)."""
+    w = np.flatnonzero(table.ib < 0)
+    found = None
+    checked = 0
+    if len(w):
+        c = table.gap_free[w] - prm.dt * DtU[w]
+        cand = wall_pinch.pinch_candidates(table.ia[w], table.level[w], c, prm.overlap_tol)
+        if cand.any():
+            w = w[cand]
+            checked = len(w)
+            found = wall_pinch.check(table.ia[w], table.normal[w], table.r_i[w], table.gap_free[w], inp.blocks,
+                                     prm.dt)
+    tally = np.array([int(found is not None), checked], np.int64)
+    comm.Allreduce(_MPI().IN_PLACE, tally, op=_MPI().SUM)
+    if not tally[0]:
+        return int(tally[1])
+    rows = []
+    if found is not None:
+        k = w[found[0]]
+        rows = [(int(table.gid_i[i]), int(-1 - table.gid_j[i]), int(table.sub[i]), int(table.level[i]),
+                 float(table.gap_free[i])) for i in k]
+    every = [r for part in comm.allgather(rows) for r in part]
+    bodies = sorted({r[0] for r in every})
+    listed = "; ".join(f"body {g} wall {wl} (sub {sb}, level {lv}, q {q:.3g})" for g, wl, sb, lv, q in every[:12])
+    raise wall_pinch.InfeasibleRowsError(
+        f"grown LCP at recursion level {depth} is infeasible: {len(every)} wall row(s) of "
+        f"{len(bodies)} bod{'y' if len(bodies) == 1 else 'ies'} (gid {', '.join(map(str, bodies[:6]))}) pinch "
+        f"it between the walls with zero net force and torque and a negative total gap (Farkas certificate, "
+        f"verified exactly; rows appended at a far-rotated trial configuration): {listed}", prm.tol, rows)
 
 
 def _limited_rotation(inp, prm, U_trial, ang, Xt, Qt, pa, pb, cw, sel, wsel):
