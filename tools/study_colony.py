@@ -14,8 +14,10 @@ as the colony spreads) under MPI until the global cell count reaches ``--target-
                               max overlap over the run (and overlap_tol), max depth, number of rebalances,
                               final max/mean bodies per rank, ...;
 A step whose LCP solve fails (SolverError, e.g. an infeasible grown LCP) or that hits the ReLCP recursion limit
-is undone and redone as two steps of dt/2 (up to ``--max-halvings`` times; the following steps keep the finer
-sub-steps until ``--keep-halved`` steps in a row succeed; column ``substeps``): the driver's step policy
+is redone by the deck's own policy (``contact.strict_retries``: the same dt with stricter rows); by default
+nothing else (``--max-halvings 0``: the colony decks run without dt halving, issue 10).  With ``--max-halvings
+N`` such a step is also undone and redone as two steps of dt/2 (up to N times; the following steps keep the
+finer sub-steps until ``--keep-halved`` steps in a row succeed; column ``substeps``): the driver's step policy
 (deck keys ``time.max_halvings`` and ``time.keep_halved_steps``, set from these options).
 
 * results/colony.png          cell count vs time (log axis), max overlap vs step with the overlap_tol line,
@@ -186,8 +188,10 @@ def main():
     ap.add_argument("--progress-every", type=int, default=20)
     ap.add_argument("--gid-check-every", type=int, default=100, help="exact (gathered) gid check interval")
     ap.add_argument("--save-every", type=int, default=100, help="rewrite the CSVs every N steps")
-    ap.add_argument("--max-halvings", type=int, default=4,
-                    help="a step whose LCP solve or recursion fails is redone as 2 steps of dt/2, up to N times")
+    ap.add_argument("--max-halvings", type=int, default=0,
+                    help="a step whose LCP solve or recursion fails is redone as 2 steps of dt/2, up to N times "
+                         "(default 0: the colony decks run without halving, issue 10; a failed step then ends the "
+                         "study, after the deck's contact.strict_retries)")
     ap.add_argument("--keep-halved", type=int, default=10,
                     help="after a halved step keep the finer dt until N steps in a row succeed")
     a = ap.parse_args()
