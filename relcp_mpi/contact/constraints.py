@@ -244,8 +244,9 @@ def _owned_csr(key, component, nb, ncol, stride=None):
     """CSR arrays (indptr (6 nb + 1,), columns (e,), values (e,)) in PETSc's IntType / ScalarType of the local
     rows of D, from h 6-vectors given by their codes ``key`` (h,) int64 = local block row b in [0, nb) times
     ``stride`` (default max(ncol, 1)) plus column (assemble_D on several ranks: stride 2 ncol, plus ncol for a
-    ghost column, so that a body's owned columns come first), and ``component(k)``, the (h,) array of their components k (see :func:`_halves`):
-    dof row 6 b + k holds component k of the 6-vectors of body b, in ascending column order.  Values are
+    ghost column, so that a body's owned columns come first), and ``component(k)``, the (h,) array of their
+    components k (see :func:`_halves`): dof row 6 b + k holds component k of the 6-vectors of body b, in key order
+    (ascending columns with the default stride).  Values are
     normalised with ``+ 0.0`` and 6-vectors at the same (body, column) summed in input order, which is bit for bit
     the former (row, col, value) triplet construction (``lexsort`` + ``bincount``, turning -0.0 into 0.0).  A
     (body, column) pair repeats only when a constraint's two bodies share a block row (a body paired with its own
