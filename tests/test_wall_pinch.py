@@ -134,6 +134,7 @@ def test_contradicting_row_fails_before_its_solve(bad_row_once):
     exc = ei.value
     assert isinstance(exc, wall_pinch.InfeasibleRowsError) and exc.iterations == 0
     assert "infeasible" in str(exc) and "gid 0" in str(exc) and "level 1" in str(exc)
+    assert "LCP of step" not in str(exc)            # no second search over the gathered LCP (debug.check_on_fail)
     assert bad_row_once["added"]
     rows = sorted((g, w, s) for g, w, s, _, _ in exc.rows)        # (gid, wall, sub): a bottom row and the bad one
     assert len(rows) == 2 and rows[0][:2] == (0, 0) and rows[1] == (0, 1, 99)

@@ -70,7 +70,7 @@ def on_solve(dbg, comm, D, inp, dt, table, gamma, depth, res):
         _save(dbg, data, depth, False)
 
 
-def _diagnose(dbg, comm, D, inp, dt, table, gamma, depth, info):
+def _diagnose(dbg, comm, D, inp, dt, table, gamma, depth, info, check=True):
     """Gather the failed LCP on rank 0, dump and/or check it there; ``(report, path)`` on every rank."""
     data = _gather(comm, D, inp, dt, table, np.asarray(gamma, float), info)
     report, path = "", None
@@ -79,7 +79,7 @@ def _diagnose(dbg, comm, D, inp, dt, table, gamma, depth, info):
         try:
             if dbg.dump_dir:
                 path = _save(dbg, data, depth, True)
-            if dbg.check_on_fail:
+            if dbg.check_on_fail and check:
                 from relcp_mpi.solver.certificate import check_dump, describe
                 report = describe(check_dump(data, max_rows=dbg.check_rows), data)
         except Exception as e:  # noqa: BLE001
@@ -87,10 +87,11 @@ def _diagnose(dbg, comm, D, inp, dt, table, gamma, depth, info):
     return comm.bcast((report, path), root=0)
 
 
-def on_failure(dbg, exc, comm, D, inp, dt, table, gamma, depth):
+def on_failure(dbg, exc, comm, D, inp, dt, table, gamma, depth, check=True):
     """A solve raised ``exc`` (SolverError) on every rank: dump the LCP and/or append a certificate verdict to
-    the error message (``exc.args``; also ``exc.lcp_report``, and ``exc.lcp_dump`` the dump path or None)."""
-    if dbg is None or not (dbg.dump_dir or dbg.check_on_fail):
+    the error message (``exc.args``; also ``exc.lcp_report``, and ``exc.lcp_dump`` the dump path or None).
+    ``check=False``: dump only (the failure carries its certificate already: stepper/wall_pinch.py)."""
+    if dbg is None or not (dbg.dump_dir or (dbg.check_on_fail and check)):
         return
     info = dict(step=dbg.step, depth=depth, method=exc.method, residual=exc.residual, iterations=exc.iterations,
                 converged=False)
@@ -100,7 +101,7 @@ def on_failure(dbg, exc, comm, D, inp, dt, table, gamma, depth):
     was_on = gc.isenabled()
     gc.disable()
     try:
-        report, path = _diagnose(dbg, comm, D, inp, dt, table, gamma, depth, info)
+        report, path = _diagnose(dbg, comm, D, inp, dt, table, gamma, depth, info, check)
     finally:
         if was_on:
             gc.enable()

@@ -445,7 +445,9 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
                     pinch_rows += _wall_pinch(inp, prm, table, DtU, comm, depth)
                 res, extra = _solve(A, gap_v, gv, prm)
             except SolverError as exc:           # every rank: dump / explain the failed LCP, then fail
-                lcp_debug.on_failure(prm.debug, exc, comm, D, inp, dt, table, gv.getArray(), depth)
+                # (an early pinch failure names its certificate: no search over the gathered LCP)
+                lcp_debug.on_failure(prm.debug, exc, comm, D, inp, dt, table, gv.getArray(), depth,
+                                     check=not isinstance(exc, wall_pinch.InfeasibleRowsError))
                 # destroy the level's Vecs here, together on every rank: left to the garbage collector (the
                 # traceback holds this frame), parallel PETSc objects are freed at rank-dependent moments, and a
                 # step policy that goes on after the failure (dt halving, strict retries) then ended in a
