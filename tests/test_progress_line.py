@@ -5,7 +5,9 @@ import time
 
 from mpi4py import MPI
 
-from relcp_mpi.io.progress import Progress, format_eta
+import pytest
+
+from relcp_mpi.io.progress import Progress, StageTimer, format_eta
 
 
 def _rate(line):
@@ -30,3 +32,19 @@ def test_first_line_counts_the_first_step():
 def test_format_eta():
     assert format_eta(3725.4) == "1:02:05"
     assert format_eta(float("nan")) == "--:--:--"
+
+
+def test_stage_timer_counts_nested_stages_and_lets_exceptions_through():
+    timer = StageTimer()
+    for _ in range(3):
+        with timer.stage("relcp"):
+            with timer.stage("solve"):
+                time.sleep(0.01)
+    with pytest.raises(RuntimeError):
+        with timer.stage("solve"):
+            raise RuntimeError("failed solve")
+    assert timer.count == {"relcp": 3, "solve": 4}
+    assert timer.total["relcp"] >= timer.total["solve"] - 1e-3 >= 0.03 - 1e-3
+    assert timer._t0 == {}                       # every started stage was stopped, the failed one too
+    report = timer.report(MPI.COMM_SELF)
+    assert re.search(r"^solve\s+4\s", report, re.M) and re.search(r"^relcp\s+3\s", report, re.M)

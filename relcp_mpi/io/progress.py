@@ -22,16 +22,8 @@ class StageTimer:
         self.count[name] = self.count.get(name, 0) + 1
 
     def stage(self, name):
-        timer = self
-
-        class _Ctx:
-            def __enter__(self_inner):
-                timer.start(name)
-
-            def __exit__(self_inner, *exc):
-                timer.stop(name)
-                return False
-        return _Ctx()
+        """Context manager timing one stage ``name`` (``with timer.stage("solve"): ...``)."""
+        return _StageContext(self, name)
 
     def report(self, comm, wall=None):
         """Table of stages (collective): time max/avg over ranks, calls, percent of wall time."""
@@ -50,6 +42,22 @@ class StageTimer:
             lines.append(f"{n:<14}{self.count.get(n, 0):>8}{mx[k]:>12.4f}{sm[k] / comm.size:>12.4f}"
                          f"{100 * mx[k] / wall:>8.1f}%")
         return "\n".join(lines)
+
+
+class _StageContext:
+    """``StageTimer.stage``'s context manager (one module-level class: building a class per call cost ~30 us,
+    eight times per step)."""
+    __slots__ = ("timer", "name")
+
+    def __init__(self, timer, name):
+        self.timer, self.name = timer, name
+
+    def __enter__(self):
+        self.timer.start(self.name)
+
+    def __exit__(self, *exc):
+        self.timer.stop(self.name)
+        return False
 
 
 def format_eta(seconds):
