@@ -222,7 +222,7 @@ class StepEngine:
         # positions keep their rows here: migrate then stops the step collectively, naming them
         fin = np.all(np.isfinite(b.x), axis=1)
         body_dest = np.full(len(b), self.comm.Get_rank(), np.int64)
-        if fin.any():
+        if fin.any() and self.comm.Get_size() > 1:          # (one rank owns every position)
             body_dest[fin] = st.decomp.owner(self.box.wrap(b.x[fin], st.shear_offset))
         self._body_dest = body_dest
         dest = body_dest[idx]
