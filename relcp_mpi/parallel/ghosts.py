@@ -105,10 +105,14 @@ def exchange_ghosts(bodies, decomp, comm, width, return_plan=False, offset=0.0):
     if send_vshift is not None:
         sent.u = sent.u.copy()
         sent.u[:, :3] += send_vshift
-    rows = np.concatenate([pack_rows(sent), send_shift], axis=1)
-    recv = exchange_sorted(rows, scount, rcount, comm)
-    g = BodyStore.unpack(recv[:, :PACK_WIDTH])
-    shift = recv[:, PACK_WIDTH:]
+    if size == 1:
+        # the images stay on this rank: the sent copies are the ghosts (pack / unpack would give the same bits)
+        g, shift = sent, send_shift
+    else:
+        rows = np.concatenate([pack_rows(sent), send_shift], axis=1)
+        recv = exchange_sorted(rows, scount, rcount, comm)
+        g = BodyStore.unpack(recv[:, :PACK_WIDTH])
+        shift = recv[:, PACK_WIDTH:]
     perm = np.lexsort((shift[:, 2], shift[:, 1], shift[:, 0], g.gid))
     ghosts = g.take(perm)
     image_shift = np.ascontiguousarray(shift[perm])

@@ -79,7 +79,11 @@ def migrate(bodies, decomp, comm, check=True, offset=0.0, order="gid", dest=None
         dest = np.asarray(decomp.owner(x), dtype=np.int64) if bodies.n else np.zeros(0, np.int64)
     stay = np.flatnonzero(dest == rank)
     movers = np.flatnonzero(dest != rank)
-    recv = exchange_rows(pack_rows(BodyStore._adopt({f: a[movers] for f, a in fields.items()})), dest[movers], comm)
+    if size == 1 and len(movers) == 0:    # one rank: every body stays, nothing to pack or exchange
+        recv = np.zeros((0, PACK_WIDTH))
+    else:
+        recv = exchange_rows(pack_rows(BodyStore._adopt({f: a[movers] for f, a in fields.items()})), dest[movers],
+                             comm)
     got = BodyStore.unpack(recv).arrays()
     # the new store: the staying bodies, then the received ones, put in order by one gather per field
     ns = len(stay)
