@@ -32,7 +32,7 @@ def exchange_sorted(send, scount, rcount, comm):
     send = np.ascontiguousarray(send)
     width = send.shape[1] if send.ndim == 2 else 1
     if comm.Get_size() == 1:                # the rows come back as sent, in their order (a copy, every bit kept)
-        return send.reshape(-1, width).copy()
+        return send.reshape(send.shape[0], width).copy()
     mpitype = getattr(MPI, _MPI_TYPES[send.dtype])
     recv = np.empty((int(np.sum(rcount)), width), dtype=send.dtype)
     sc = np.asarray(scount, dtype=np.int64) * width
