@@ -3,9 +3,8 @@ import io
 import re
 import time
 
-from mpi4py import MPI
-
 import pytest
+from mpi4py import MPI
 
 from relcp_mpi.io.progress import Progress, StageTimer, format_eta
 
