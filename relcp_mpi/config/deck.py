@@ -51,7 +51,9 @@ Top-level sections (defaults in ``SCHEMA``)::
                orientation_noise; default: isotropic normal rotation vector), growth_rate_noise (each cell
                grows at growth_rate (1 + growth_rate_noise U[-1, 1]))}  (see relcp_mpi.physics.growth)
     debug:    {dump_lcp: DIR (dump grown LCPs there), dump_on: fail|always, check_on_fail (search an
-               infeasibility certificate when a solve fails), check_rows (whole-LCP search up to this size)}
+               infeasibility certificate when a solve fails), check_rows (whole-LCP search up to this size),
+               trace_levels: FILE (one JSON line per recursion level appended there: rows, offending pairs,
+               iterations, trial rotations, ...)}
                (see relcp_mpi.stepper.lcp_debug)
     event_driven: the certified event engine's inputs, exact numbers (engine: event_driven only; schema and
                checks in relcp_mpi.config.events)
@@ -318,6 +320,7 @@ SCHEMA = {
         "dump_on": (STR, "fail", _choice("fail", "always")),
         "check_on_fail": (BOOL, True, None),
         "check_rows": (INT, 5000, _pos),
+        "trace_levels": (STR, None, None),
     },
 }
 

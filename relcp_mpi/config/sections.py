@@ -203,6 +203,7 @@ class DebugSection:
     dump_on: str              # fail | always
     check_on_fail: bool       # search an infeasibility certificate when a solve fails
     check_rows: int           # largest LCP (rows) the exact check is tried on
+    trace_levels: str         # file that gets one JSON line per recursion level (rank 0 appends), or None
 
 
 @dataclass(frozen=True)

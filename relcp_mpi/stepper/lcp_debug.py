@@ -13,10 +13,15 @@ Deck section ``debug`` (see :mod:`relcp_mpi.config.deck`)::
   at most ``check_rows`` rows, else over the neighbourhood of the bodies with the largest multipliers.  The
   verdict ("infeasible, rows: ..." or "no certificate found ...") is appended to the error message on every
   rank.
+* ``trace_levels``: a file to which rank 0 appends one JSON line per recursion level (:func:`trace_level`):
+  the step, the level, the rows, the rows appended, the offending pairs and walls at the level's trial
+  configuration, how many of their bodies offended at an earlier level of the step, iterations, residual and
+  wall time of the solve, the largest trial rotations.  It shows where a deep step spends its levels.
 
 Every function here is collective (called by all ranks in the same branch of the step).
 """
 import gc
+import json
 import os
 from dataclasses import dataclass
 
@@ -29,6 +34,7 @@ class LcpDebug:
     dump_on: str = "fail"
     check_on_fail: bool = True
     check_rows: int = 5000
+    trace_file: str = None          # per-level JSON lines (rank 0 appends), None = off
     step: int = 0                   # label of the step being solved (set by the driver)
 
     @classmethod
@@ -36,7 +42,7 @@ class LcpDebug:
         """From the deck's typed ``debug`` section (:class:`relcp_mpi.config.sections.DebugSection`)."""
         s = section
         return cls(dump_dir=s.dump_lcp, dump_on=s.dump_on, check_on_fail=bool(s.check_on_fail),
-                   check_rows=int(s.check_rows))
+                   check_rows=int(s.check_rows), trace_file=s.trace_levels)
 
 
 def _gather(comm, D, inp, dt, table, gamma, info):
@@ -110,3 +116,23 @@ def on_failure(dbg, exc, comm, D, inp, dt, table, gamma, depth, check=True):
         (f"\nLCP dumped to {path}" if path else "")
     if extra:
         exc.args = (str(exc) + extra,) + tuple(exc.args[1:])
+
+
+def tracing(dbg):
+    """True when per-level records are wanted (the same on every rank: the deck is)."""
+    return dbg is not None and bool(dbg.trace_file)
+
+
+def trace_level(dbg, comm, record):
+    """Collective: append ``record`` (a dict of global figures, equal on every rank) as one JSON line to
+    ``dbg.trace_file`` on rank 0 (the step label is added).  A failed write raises OSError on every rank."""
+    err = None
+    if comm.rank == 0:
+        try:
+            with open(dbg.trace_file, "a", encoding="utf-8") as f:
+                f.write(json.dumps(dict(step=dbg.step, **record)) + "\n")
+        except OSError as e:
+            err = f"debug.trace_levels: cannot append to {dbg.trace_file!r}: {e.strerror or e}"
+    err = comm.bcast(err, root=0)
+    if err:
+        raise OSError(err)

@@ -29,6 +29,7 @@ the step are not missed), and the SNSD of every candidate pair is evaluated ther
 below -overlap_tol?" is one global allreduce.  The last trial configuration is committed.  With
 ``model='snsd'`` the recursion is disabled (single constraint per pair, the classical SNSD LCP).
 """
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -400,6 +401,9 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
     U_ext = inp.U_ext
     scaled_blocks = dt * inp.blocks
     level_start = 0
+    trace = lcp_debug.tracing(prm.debug)
+    traced = dict(bodies=np.zeros(0, np.int64), contacts=np.zeros(0, np.int64))  # offenders so far (trace)
+    prev_cols = 0
 
     while True:
         # ---- global column numbering and D --------------------------------------------------------
@@ -443,7 +447,9 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
             try:
                 if depth > 0:                    # appended rows: an exactly certified pinch fails at once
                     pinch_rows += _wall_pinch(inp, prm, table, DtU, comm, depth)
+                t_solve = time.perf_counter()
                 res, extra = _solve(A, gap_v, gv, prm)
+                t_solve = time.perf_counter() - t_solve
             except SolverError as exc:           # every rank: dump / explain the failed LCP, then fail
                 # (an early pinch failure names its certificate: no search over the gathered LCP)
                 lcp_debug.on_failure(prm.debug, exc, comm, D, inp, dt, table, gv.getArray(), depth,
@@ -525,6 +531,10 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
         nbad = comm.allreduce(int(bad_p.sum() + bad_w.sum()))
         min_sep = comm.allreduce(float(min_sep_local), op=_MPI().MIN)
         T.stop("recursion")
+        if trace:
+            _trace(prm, comm, inp, depth, n_cols, prev_cols, res, extra, t_solve, pa[bad_p], pb[bad_p],
+                   cw[bad_w], rot, max_rot, max_ang, min_sep, traced)
+            prev_cols = n_cols
         grow = nbad > 0 and prm.model == "relcp"
         if grow:
             if depth + 1 >= prm.max_depth:
@@ -578,6 +588,39 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
                                                                         == 0))))
     return StepResult(x=xt, q=qt, U=U_trial, F=F, table=table, gamma=gamma, diagnostics=diag, hint=hint,
                       carry=carried)
+
+
+def _trace(prm, comm, inp, depth, n_cols, prev_cols, res, extra, t_solve, bad_a, bad_b, bad_cw, rot, max_rot,
+           max_ang, min_sep, seen):
+    """Collective (debug.trace_levels only): one JSON record of recursion level ``depth``.  ``bad_a``/``bad_b``
+    (local body indices of the pairs offending at the level's trial configuration), ``bad_cw`` (k, 2) the
+    offending (body, wall) contacts, ``rot`` (m,) trial rotation of every local body [rad]; ``seen`` (dict of
+    sorted int64 arrays 'bodies' (gids) and 'contacts' (pair codes), updated): what offended at earlier levels
+    of the step.  A record: rows of the level's LCP and how many it appended, iterations / residual / wall time
+    of its solve, the offending pairs, walls, bodies at its trial and how many of those bodies and contacts
+    offended before, the deepest overlap (min_sep), the largest trial rotation of a body with rows and of any
+    body, and the largest among the offending bodies [deg]."""
+    gid = inp.gid.astype(np.int64)
+    ga, gb, gw = gid[bad_a], gid[bad_b], gid[bad_cw[:, 0]]
+    idx = np.unique(np.concatenate([bad_a, bad_b, bad_cw[:, 0]]).astype(np.int64))
+    # contact codes: body pairs (lo, hi) and walls (gid, -1 - wall) in one int64 each (gids < 2^31)
+    codes = np.concatenate([(np.minimum(ga, gb) << 32) + np.maximum(ga, gb),
+                            (gw << 32) + (2 ** 32 - 1 - bad_cw[:, 1].astype(np.int64))])
+    counts = comm.allreduce(np.array([len(bad_a), len(bad_cw)], np.int64))
+    bad_rot = comm.allreduce(float(rot[idx].max(initial=0.0)), op=_MPI().MAX)
+    gids = np.unique(np.concatenate(comm.allgather(gid[idx])))
+    codes = np.unique(np.concatenate(comm.allgather(codes)))
+    repeat_b = int(np.isin(gids, seen["bodies"]).sum())
+    repeat_c = int(np.isin(codes, seen["contacts"]).sum())
+    seen["bodies"] = np.union1d(seen["bodies"], gids)
+    seen["contacts"] = np.union1d(seen["contacts"], codes)
+    lcp_debug.trace_level(prm.debug, comm, dict(
+        level=int(depth), rows=int(n_cols), appended=int(n_cols - prev_cols),
+        iterations=int(res.iterations + (extra or 0)), residual=float(res.residual), solve_s=round(t_solve, 4),
+        bad_pairs=int(counts[0]), bad_walls=int(counts[1]), bad_bodies=int(len(gids)), repeat_bodies=repeat_b,
+        repeat_contacts=repeat_c, min_sep=float(min_sep) if np.isfinite(min_sep) else None,
+        rows_rot_deg=float(np.degrees(max_rot)), max_turn_deg=float(np.degrees(max_ang)),
+        bad_rot_deg=float(np.degrees(bad_rot))))
 
 
 def _wall_pinch(inp, prm, table, DtU, comm, depth):
