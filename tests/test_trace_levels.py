@@ -18,8 +18,9 @@ from tests.helpers import run_sim
 from tests.test_line_contacts_mpi import pinched_bed
 
 
-def _traced_run(tmp_dir, comm):
-    deck = copy.deepcopy(pinched_bed(True, max_iter=5000))
+def _traced_run(tmp_dir, comm, line_contacts=True, **contact):
+    deck = copy.deepcopy(pinched_bed(line_contacts, max_iter=5000))
+    deck["contact"].update(contact)
     path = os.path.join(tmp_dir, "levels.jsonl")
     deck["debug"] = {"trace_levels": path}
     _, diags = run_sim(deck, comm=comm)
@@ -42,6 +43,7 @@ def _check(records, diags):
             # a level appends one row per offending pair / wall contact of the level before (no backed-off or
             # rotation-limited extras in this deck) and its rows are the earlier ones plus those
             assert b["appended"] == a["bad_pairs"] + a["bad_walls"] > 0
+            assert b["appended_limited"] == b["appended_backed"] == 0
             assert b["rows"] == a["rows"] + b["appended"]
             assert a["min_sep"] < -1e-3
         last = rec[-1]
@@ -77,6 +79,19 @@ def test_trace_levels_on_several_ranks(hang_guard):
         assert [(r["step"], r["level"], r["bad_pairs"], r["bad_walls"]) for r in records] == \
             [(r["step"], r["level"], r["bad_pairs"], r["bad_walls"]) for r in serial]
     comm.Barrier()
+
+
+def test_trace_levels_counts_rotation_limited_rows(tmp_path):
+    """The pinched bed without line contacts turns rods by ~35 deg at its first trials: with
+    contact.row_rotation_limit 0.35 rad some appended pair rows are taken at the rotation-limited configuration,
+    and the trace counts them among the level's appended rows."""
+    records, diags = _traced_run(str(tmp_path), MPI.COMM_SELF, line_contacts=False, row_rotation_limit=0.35)
+    assert max(d["max_overlap"] for d in diags) <= 1e-3
+    assert sum(r["appended_limited"] for r in records) > 0
+    for a, b in zip(records, records[1:]):
+        if b["level"] > 0:
+            assert b["appended"] == a["bad_pairs"] + a["bad_walls"]
+            assert 0 <= b["appended_limited"] <= a["bad_pairs"] and b["appended_backed"] == 0
 
 
 def test_unwritable_trace_file_fails_with_its_name(tmp_path):

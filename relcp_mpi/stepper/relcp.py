@@ -402,7 +402,8 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
     scaled_blocks = dt * inp.blocks
     level_start = 0
     trace = lcp_debug.tracing(prm.debug)
-    traced = dict(bodies=np.zeros(0, np.int64), contacts=np.zeros(0, np.int64))  # offenders so far (trace)
+    traced = dict(bodies=np.zeros(0, np.int64), contacts=np.zeros(0, np.int64),  # offenders so far (trace)
+                  limited=0, backed=0)   # this rank's rows of the last appended level from Y / along the path
     prev_cols = 0
 
     while True:
@@ -552,6 +553,9 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
             if prm.row_depth_limit > 0.0:                          # local: no collective
                 sel, backed = _backed_off_rows(inp, prm, Xt, Qt, pa[bad_p], pb[bad_p], tgeo.sep[bad_p], sel)
                 n_backed += 0 if backed is None else int(backed.sum())
+            if trace:
+                traced["limited"] = int(Ra[1].sum()) if Ra is not None else 0
+                traced["backed"] = 0 if backed is None else int(backed.sum())
             axial = _append_level(inp, table, depth, sel, pa[bad_p], pb[bad_p], wsel, cw[bad_w], Xt, Rt,
                                   axial if carry else None, R_alt=Ra, not_carried=backed)
             del sel, wsel, Ra, backed
@@ -592,21 +596,25 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
 
 def _trace(prm, comm, inp, depth, n_cols, prev_cols, res, extra, t_solve, bad_a, bad_b, bad_cw, rot, max_rot,
            max_ang, min_sep, seen):
-    """Collective (debug.trace_levels only): one JSON record of recursion level ``depth``.  ``bad_a``/``bad_b``
-    (local body indices of the pairs offending at the level's trial configuration), ``bad_cw`` (k, 2) the
-    offending (body, wall) contacts, ``rot`` (m,) trial rotation of every local body [rad]; ``seen`` (dict of
-    sorted int64 arrays 'bodies' (gids) and 'contacts' (pair codes), updated): what offended at earlier levels
-    of the step.  A record: rows of the level's LCP and how many it appended, iterations / residual / wall time
-    of its solve, the offending pairs, walls, bodies at its trial and how many of those bodies and contacts
-    offended before, the deepest overlap (min_sep), the largest trial rotation of a body with rows and of any
-    body, and the largest among the offending bodies [deg]."""
+    """Collective (debug.trace_levels only): one JSON record of recursion level ``depth``.
+
+    ``bad_a``/``bad_b`` local body indices of the pairs offending at the level's trial configuration,
+    ``bad_cw`` (k, 2) the offending (body, wall) contacts, ``rot`` (m,) trial rotation of every local body
+    [rad]; ``seen`` (updated): 'bodies' (gids) and 'contacts' (pair codes), sorted int64 arrays of what offended
+    at earlier levels of the step, and 'limited' / 'backed', this rank's pair rows of the level linearised at
+    the rotation-limited configuration / along the step's path (set where they are appended).
+
+    A record: rows of the level's LCP and how many it appended (of those, rotation-limited and backed-off pair
+    rows), iterations / residual / wall time of its solve, the offending pairs, walls and bodies at its trial
+    and how many of those bodies and contacts offended before, the deepest overlap (min_sep), the largest trial
+    rotation of a body with rows and of any body, and the largest among the offending bodies [deg]."""
     gid = inp.gid.astype(np.int64)
     ga, gb, gw = gid[bad_a], gid[bad_b], gid[bad_cw[:, 0]]
     idx = np.unique(np.concatenate([bad_a, bad_b, bad_cw[:, 0]]).astype(np.int64))
     # contact codes: body pairs (lo, hi) and walls (gid, -1 - wall) in one int64 each (gids < 2^31)
     codes = np.concatenate([(np.minimum(ga, gb) << 32) + np.maximum(ga, gb),
                             (gw << 32) + (2 ** 32 - 1 - bad_cw[:, 1].astype(np.int64))])
-    counts = comm.allreduce(np.array([len(bad_a), len(bad_cw)], np.int64))
+    counts = comm.allreduce(np.array([len(bad_a), len(bad_cw), seen["limited"], seen["backed"]], np.int64))
     bad_rot = comm.allreduce(float(rot[idx].max(initial=0.0)), op=_MPI().MAX)
     gids = np.unique(np.concatenate(comm.allgather(gid[idx])))
     codes = np.unique(np.concatenate(comm.allgather(codes)))
@@ -615,7 +623,8 @@ def _trace(prm, comm, inp, depth, n_cols, prev_cols, res, extra, t_solve, bad_a,
     seen["bodies"] = np.union1d(seen["bodies"], gids)
     seen["contacts"] = np.union1d(seen["contacts"], codes)
     lcp_debug.trace_level(prm.debug, comm, dict(
-        level=int(depth), rows=int(n_cols), appended=int(n_cols - prev_cols),
+        level=int(depth), rows=int(n_cols), appended=int(n_cols - prev_cols), appended_limited=int(counts[2]),
+        appended_backed=int(counts[3]),
         iterations=int(res.iterations + (extra or 0)), residual=float(res.residual), solve_s=round(t_solve, 4),
         bad_pairs=int(counts[0]), bad_walls=int(counts[1]), bad_bodies=int(len(gids)), repeat_bodies=repeat_b,
         repeat_contacts=repeat_c, min_sep=float(min_sep) if np.isfinite(min_sep) else None,
