@@ -554,7 +554,7 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
                 sel, backed = _backed_off_rows(inp, prm, Xt, Qt, pa[bad_p], pb[bad_p], tgeo.sep[bad_p], sel)
                 n_backed += 0 if backed is None else int(backed.sum())
             if trace:
-                traced["limited"] = int(Ra[1].sum()) if Ra is not None else 0
+                traced["limited"] = int(Ra[2].sum()) if Ra is not None else 0
                 traced["backed"] = 0 if backed is None else int(backed.sum())
             axial = _append_level(inp, table, depth, sel, pa[bad_p], pb[bad_p], wsel, cw[bad_w], Xt, Rt,
                                   axial if carry else None, R_alt=Ra, not_carried=backed)
@@ -686,7 +686,8 @@ def _limited_rotation(inp, prm, U_trial, ang, Xt, Qt, pa, pb, cw, sel, wsel):
     ``U_trial`` (n_owned, 6), ``ang`` (n_owned,) its rotation angles [rad], ``Xt`` (m, 3), ``Qt`` (m, 4) the
     trial configuration; ``pa, pb`` local indices of the offending pairs, ``cw`` (k, 2) offending (body, wall)
     candidates, ``sel``/``wsel`` their trial geometry.  Returns (pair geometry, wall geometry, R_alt) where
-    R_alt = (rotation matrices at Y (m, 3, 3), mask of pair rows taken at Y)."""
+    R_alt = (rotation matrices at Y (m, 3, 3), mask of pair rows taken at Y, mask of those rows where Y turns a
+    body of the pair less than the trial does)."""
     n = inp.n_owned
     U_lin = U_trial.copy()
     U_lin[:, 3:] *= (prm.row_rotation_limit / np.maximum(ang, prm.row_rotation_limit))[:, None]
@@ -704,7 +705,8 @@ def _limited_rotation(inp, prm, U_trial, ang, Xt, Qt, pa, pb, cw, sel, wsel):
     wpred = wgeo.sep + np.einsum("ij,ij->i", wgeo.normal, np.cross(d[wb], wgeo.p_i - Xt[wb]))
     use, wuse = pred < -prm.overlap_tol, wpred < -prm.overlap_tol
     geo.sep, wgeo.sep = pred, wpred
-    return geo.where(use, sel), wgeo.where(wuse, wsel), (Rl, use)
+    cut = (norm_rows(d[pa]) > 0.0) | (norm_rows(d[pb]) > 0.0)
+    return geo.where(use, sel), wgeo.where(wuse, wsel), (Rl, use, use & cut)
 
 
 def _backed_off_rows(inp, prm, Xt, Qt, pa, pb, tsep, sel, steps=8):
@@ -784,7 +786,7 @@ def _append_level(inp, table, depth, sel, pa, pb, wsel, cw, Xt, Rt, axial, R_alt
     new = np.stack([core_parameters(inp.kind, inp.shape, Xt, Rt, pa, sel.p_i, sel.normal, 1.0),
                     core_parameters(inp.kind, inp.shape, Xt, Rt, pb, sel.p_j, sel.normal, -1.0)], axis=1)
     if R_alt is not None and np.any(R_alt[1]):
-        Ry, use = R_alt
+        Ry, use = R_alt[:2]
         new[use] = np.stack([core_parameters(inp.kind, inp.shape, Xt, Ry, pa[use], sel.p_i[use], sel.normal[use], 1.0),
                              core_parameters(inp.kind, inp.shape, Xt, Ry, pb[use], sel.p_j[use], sel.normal[use],
                                              -1.0)], axis=1)
