@@ -8,14 +8,19 @@
   added to its first appended level (as a row extrapolated over a far rotation would be).  The step then fails
   before that level's solve (no iteration spent) with a message naming the rod's rows; with
   ``contact.strict_retries`` it is redone at once and passes with every overlap below overlap_tol; on several
-  ranks (the rod on one of them) every rank takes the same branch.
+  ranks (the rod on one of them) every rank takes the same branch.  With ``contact.pinch_repairs`` the pinch is
+  repaired in the level where it is found (the rod's appended wall rows dropped, its later rows linearised with
+  half the rotation limit) and the step goes on without being redone.
 """
+import types
+
 import numpy as np
 import pytest
 from mpi4py import MPI
 
 from relcp_mpi.solver.lcp import SolverError
 from relcp_mpi.stepper import relcp, wall_pinch
+from relcp_mpi.stepper.relcp import StepParams
 from tests.helpers import make_deck, run_sim
 
 UP, DOWN = np.array([0.0, 0.0, 1.0]), np.array([0.0, 0.0, -1.0])
@@ -159,4 +164,64 @@ def test_pinch_check_is_collective(hang_guard, bad_row_once):
     bad_row_once["added"] = False
     sim, diags = run_sim(_spun_rod(strict_retries=1), comm=world)
     assert diags[0]["strict_retries"] == 1
+    assert max(d["max_overlap"] for d in diags) <= 1e-3
+
+
+def test_pinch_repaired_in_place_without_redoing_the_step(bad_row_once):
+    """contact.pinch_repairs: the certified pinch of the injected row is repaired in the level where it is found
+    (the rod's appended wall rows dropped, its later rows linearised with half the rotation limit): no strict retry,
+    no failure, and the step's guarantee holds."""
+    deck = _spun_rod()
+    deck["contact"].update(pinch_repairs=1, row_rotation_limit=0.35)
+    sim, diags = run_sim(deck, comm=MPI.COMM_SELF)
+    assert bad_row_once["added"]
+    assert diags[0]["pinch_repairs"] == 1 and diags[0].get("strict_retries", 0) == 0
+    assert all("pinch_repairs" not in d for d in diags[1:])        # the injected row came once
+    assert max(d["max_overlap"] for d in diags) <= 1e-3
+
+
+def test_pinch_repairs_exhausted_fail_as_before(bad_row_once, monkeypatch):
+    """With its repairs used up a step fails with the certificate as without the option: here the repair is
+    made to keep the offending rows (so the same pinch comes back), and pinch_repairs 2 ends in the error."""
+    monkeypatch.setattr(relcp, "_repair_pinch", lambda table, rows, pinched: np.ones(len(table), bool))
+    deck = _spun_rod()
+    deck["contact"].update(pinch_repairs=2, row_rotation_limit=0.35)
+    with pytest.raises(wall_pinch.InfeasibleRowsError):
+        run_sim(deck, comm=MPI.COMM_SELF)
+
+
+def test_repair_drops_only_the_pinched_bodys_appended_wall_rows():
+    from relcp_mpi.contact.constraints import ConstraintTable
+    t = ConstraintTable()
+    #            body 7: level-0 wall, appended wall, appended pair; body 8: appended wall
+    t.append(ia=[0, 0, 0, 1], ib=[-1, -2, 1, -1], gid_i=[7, 7, 7, 8], gid_j=[-1, -2, 8, -1], sub=[1, 4, 9, 4],
+             level=[0, 2, 2, 1], normal=np.tile(UP, (4, 1)), r_i=np.zeros((4, 3)), r_j=np.zeros((4, 3)),
+             gap_free=[0.1, -0.2, 0.0, 0.3], sep0=[0.1, -0.2, 0.0, 0.3])
+    pinched = {}
+    keep = relcp._repair_pinch(t, [(7, 0, 1, 0, 0.1), (7, 1, 4, 2, -0.2)], pinched)
+    assert keep.tolist() == [True, False, True, True] and pinched == {7: 1}
+    t.keep(keep)
+    assert len(t) == 3 and t.gap_free.tolist() == [0.1, 0.0, 0.3] and t.sub.tolist() == [1, 9, 4]
+    relcp._repair_pinch(t, [(7, 0, 1, 0, 0.1)], pinched)
+    assert pinched == {7: 2}
+    prm = StepParams(dt=0.05, overlap_tol=1e-3, skin=0.3, row_rotation_limit=0.4)
+    inp = types.SimpleNamespace(gid=np.array([8, 7, 3, 7]), n_owned=3)      # the last one a ghost
+    assert relcp._body_limits(inp, prm, {}) == 0.4
+    assert relcp._body_limits(inp, prm, pinched).tolist() == [0.4, 0.1, 0.4]
+
+
+def test_pinch_repairs_need_a_rotation_limit():
+    deck = _spun_rod()
+    deck["contact"]["pinch_repairs"] = 1
+    with pytest.raises(Exception, match="contact.pinch_repairs: needs contact.row_rotation_limit > 0"):
+        run_sim(deck, comm=MPI.COMM_SELF)
+
+
+@pytest.mark.mpi
+def test_pinch_repair_is_collective(hang_guard, bad_row_once):
+    """On several ranks (the rod owned by one of them) every rank repairs the same pinch and goes on."""
+    deck = _spun_rod()
+    deck["contact"].update(pinch_repairs=1, row_rotation_limit=0.35)
+    sim, diags = run_sim(deck, comm=MPI.COMM_WORLD)
+    assert diags[0]["pinch_repairs"] == 1 and diags[0].get("strict_retries", 0) == 0
     assert max(d["max_overlap"] for d in diags) <= 1e-3

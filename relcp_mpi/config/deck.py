@@ -34,7 +34,11 @@ Top-level sections (defaults in ``SCHEMA``)::
                docs/ARCHITECTURE.md), strict_retries (int 0..8, default 0: a step whose LCP solve fails or
                whose recursion reaches max_depth is redone at the same dt up to this many times with the
                appended rows' limits row_rotation_limit / row_depth_limit halved (switched on when off), before
-               any dt halving; see relcp_mpi.driver.policy)}
+               any dt halving; see relcp_mpi.driver.policy), pinch_repairs (int 0..16, default 0; needs
+               row_rotation_limit > 0: a grown LCP whose wall rows pinch a body (stepper/wall_pinch.py) is
+               repaired in place up to this many times per step: that body's appended wall rows are dropped
+               and its later rows linearised with its rotation limit halved per repair, instead of the
+               whole step failing)}
     solver:   {method: a name of relcp_mpi.solver.registry (bbpgd, apgd, ipm, tao-<type>), tol, max_iter,
                options (the method's tunable options, e.g. {L_safety: 1.1} for apgd; the registry lists them),
                fallback (method tried on an LCP the first method fails on, default ipm; none = fail at once),
@@ -277,6 +281,7 @@ SCHEMA = {
         "carry_rows": (BOOL, False, None),
         "gap_margin": (FLOAT, 0.0, _nonneg),
         "strict_retries": (INT, 0, _int_range(0, 8)),
+        "pinch_repairs": (INT, 0, _int_range(0, 16)),
     },
     "solver": {
         "method": (STR, "bbpgd", _choice(*method_names())),
@@ -714,6 +719,9 @@ def validate(raw, source="deck", _consume=False):
     if dbg["dump_on"] == "always" and dbg["dump_lcp"] is None:
         problems.append("debug.dump_on: needs debug.dump_lcp (the directory for the dumps)")
     c, s = deck["contact"], deck["solver"]
+    if isinstance(c["pinch_repairs"], int) and c["pinch_repairs"] > 0 and not c["row_rotation_limit"]:
+        problems.append("contact.pinch_repairs: needs contact.row_rotation_limit > 0 (a repaired body's rows are "
+                        "linearised with that limit halved)")
     _check_solver_options(s, problems)
     if isinstance(s["tol"], float) and isinstance(c["overlap_tol"], float) and s["tol"] > c["overlap_tol"]:
         problems.append(f"solver.tol: must be <= contact.overlap_tol ({c['overlap_tol']}), got {s['tol']}")

@@ -155,6 +155,7 @@ class ContactSection:
     carry_rows: bool          # relcp: level 0 re-samples the previous step's appended rod-rod rows
     gap_margin: float         # [L] every LCP row asks for a predicted gap >= gap_margin (0 <= it <= overlap_tol)
     strict_retries: int       # a failed step is redone up to this many times with stricter rows (driver.policy)
+    pinch_repairs: int        # wall pinches repaired in place per step (stepper.relcp) before the step fails
 
 
 @dataclass(frozen=True)

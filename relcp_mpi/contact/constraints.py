@@ -68,6 +68,16 @@ class ConstraintTable:
         self._column(f)
         self._cols[f] = value
 
+    def keep(self, mask):
+        """Drop the rows where ``mask`` (c,) bool is False (the order of the others is kept)."""
+        mask = np.asarray(mask, bool)
+        if len(mask) != self._n:
+            raise ValueError(f"keep: mask of length {len(mask)} for {self._n} rows")
+        self._column("ia")              # join pending parts
+        for f in self._cols:
+            self._cols[f] = self._cols[f][mask]
+        self._n = int(mask.sum())
+
     def keys(self):
         """Structured (gid_i, gid_j, sub) keys for warm-start matching, shape (c,)."""
         k = np.empty(len(self), dtype=[("gid_i", np.int64), ("gid_j", np.int64), ("sub", np.int64)])

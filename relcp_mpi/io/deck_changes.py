@@ -61,7 +61,9 @@ ALLOWED = ("name", "time", "solver", "parallel", "output", "debug", "contact.ski
            # a numerical target gap below overlap_tol, like solver.tol: the guarantee is unchanged
            "contact.gap_margin",
            # how a failed step is redone (stricter rows, same guarantee), like time.max_halvings
-           "contact.strict_retries")
+           "contact.strict_retries",
+           # where a pinched body's appended rows are linearised (same guarantee)
+           "contact.pinch_repairs")
 UNKNOWN_WHY = "not known to be safe to change across a restart"
 
 

@@ -83,6 +83,7 @@ class StepParams:
     row_depth_limit: float = 0.0   # [L] pairs overlapping deeper at a trial get rows from along the step (0 = off)
     carry_rows: bool = False       # level 0 re-samples the previous step's appended rod-rod rows (contact.carry_rows)
     gap_margin: float = 0.0        # [L] the LCP asks every row for a predicted gap >= gap_margin (contact.gap_margin)
+    pinch_repairs: int = 0         # wall pinches repaired in place per step (contact.pinch_repairs, _repair_pinch)
     geometry_tol: float = 1e-12
     debug: object = None           # lcp_debug.LcpDebug: LCP dumps and certificate checks (None = off)
 
@@ -401,6 +402,8 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
     U_ext = inp.U_ext
     scaled_blocks = dt * inp.blocks
     level_start = 0
+    repairs = 0                      # wall pinches repaired in place in this step (contact.pinch_repairs)
+    pinched = {}                     # gid -> repairs of that body: its rotation limit is halved per repair
     trace = lcp_debug.tracing(prm.debug)
     traced = dict(bodies=np.zeros(0, np.int64), contacts=np.zeros(0, np.int64),  # offenders so far (trace)
                   limited=0, backed=0)   # this rank's rows of the last appended level from Y / along the path
@@ -444,6 +447,7 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
         gv = D.createVecRight()
         gv.getArray()[:] = np.maximum(gamma, 0.0)
         T.stop("assembly")
+        repair = None
         with T.stage("solve"):
             try:
                 if depth > 0:                    # appended rows: an exactly certified pinch fails at once
@@ -452,16 +456,30 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
                 res, extra = _solve(A, gap_v, gv, prm)
                 t_solve = time.perf_counter() - t_solve
             except SolverError as exc:           # every rank: dump / explain the failed LCP, then fail
-                # (an early pinch failure names its certificate: no search over the gathered LCP)
-                lcp_debug.on_failure(prm.debug, exc, comm, D, inp, dt, table, gv.getArray(), depth,
-                                     check=not isinstance(exc, wall_pinch.InfeasibleRowsError))
+                # (an early pinch failure names its certificate: no search over the gathered LCP), unless the pinch
+                # is repaired in place (the certificate's rows are the same list on every rank)
+                repair = exc.rows if (isinstance(exc, wall_pinch.InfeasibleRowsError)
+                                      and repairs < prm.pinch_repairs) else None
+                if repair is None:
+                    lcp_debug.on_failure(prm.debug, exc, comm, D, inp, dt, table, gv.getArray(), depth,
+                                         check=not isinstance(exc, wall_pinch.InfeasibleRowsError))
                 # destroy the level's Vecs here, together on every rank: left to the garbage collector (the
                 # traceback holds this frame), parallel PETSc objects are freed at rank-dependent moments, and a
                 # step policy that goes on after the failure (dt halving, strict retries) then ended in a
                 # PetscFinalize that waited forever for the other ranks' garbage cleanup (petsc4py 3.18)
                 for v in (Uext_v, tmp, gap_v, gv):
                     v.destroy()
-                raise
+                if repair is None:
+                    raise
+        if repair is not None:
+            repairs += 1
+            keep = _repair_pinch(table, repair, pinched)
+            level_start -= int(np.count_nonzero(~keep[:level_start]))
+            table.keep(keep)
+            gamma = gamma[keep]
+            if carry:
+                axial = axial[keep]
+            continue
         if extra is not None:
             fallbacks += 1
             iters_total += extra
@@ -546,9 +564,10 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
             depth += 1
             level_start = len(table)
             sel, wsel, Ra = tgeo.take(bad_p), twgeo.take(bad_w), None
-            if 0.0 < prm.row_rotation_limit < max_ang:           # same decision on every rank (collective)
+            # same decision on every rank (collective; ``pinched`` is: the repairs' certificates are global)
+            if prm.row_rotation_limit > 0.0 and (max_ang > prm.row_rotation_limit or pinched):
                 sel, wsel, Ra = _limited_rotation(inp, prm, U_trial, ang, Xt, Qt, pa[bad_p], pb[bad_p],
-                                                  cw[bad_w], sel, wsel)
+                                                  cw[bad_w], sel, wsel, _body_limits(inp, prm, pinched))
             backed = None
             if prm.row_depth_limit > 0.0:                          # local: no collective
                 sel, backed = _backed_off_rows(inp, prm, Xt, Qt, pa[bad_p], pb[bad_p], tgeo.sep[bad_p], sel)
@@ -577,6 +596,8 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
         diag["backed_off_rows"] = int(n_backed)
     if pinch_rows:           # only then, like fallback_solves
         diag["pinch_rows_checked"] = int(pinch_rows)
+    if repairs:
+        diag["pinch_repairs"] = int(repairs)
     # next step's geometry hints: the latest normal of each body-pair row's pair (evaluated at the committed
     # configuration when the pair was in the last trial check); wall rows keep their own normal
     hint = table.normal.copy()
@@ -667,7 +688,43 @@ def _wall_pinch(inp, prm, table, DtU, comm, depth):
         f"verified exactly; rows appended at a far-rotated trial configuration): {listed}", prm.tol, rows)
 
 
-def _limited_rotation(inp, prm, U_trial, ang, Xt, Qt, pa, pb, cw, sel, wsel):
+def _repair_pinch(table, rows, pinched):
+    """A wall pinch repaired in place (contact.pinch_repairs): the keep-mask (c,) of the local ``table`` without
+    the appended wall rows (level >= 1) of the bodies of the certificate ``rows`` (the list of
+    :class:`wall_pinch.InfeasibleRowsError`, the same on every rank: (gid, wall, sub, level, q) each); each such
+    body's repair count in ``pinched`` (gid -> count) goes up by one, which halves the rotation limit of its later
+    appended rows (:func:`_body_limits`).
+
+    Why this removes the pinch: a certificate of wall rows of one body needs rows that disagree about the body's
+    orientation.  Rows linearised at one orientation of the body have the same lever arms at the same cap, and a
+    bottom and a top row there add up to the slab's clearance (>= 0) whatever the velocity: no negative total
+    gap.  The pinching rows are the appended ones, taken at far-turned trials; without them the level's LCP is the
+    previous level's plus the other new rows, and the body's rows appended from then on are linearised at
+    orientations turned at most half as far (repeated, the limit halves again, towards the start orientation of
+    its level-0 rows).  The step's guarantee is unchanged: every trial is still checked for overlaps."""
+    bodies = np.unique(np.array([r[0] for r in rows], np.int64))
+    for g in bodies.tolist():
+        pinched[g] = pinched.get(g, 0) + 1
+    drop = (table.ib < 0) & (table.level >= 1) & np.isin(table.gid_i, bodies)
+    return ~drop
+
+
+def _body_limits(inp, prm, pinched):
+    """Rotation limit [rad] of each owned body's appended rows: ``prm.row_rotation_limit`` (a float) when no body
+    was repaired, else (n_owned,) with the limit halved once per repair of the body (``pinched``: gid -> count)."""
+    if not pinched:
+        return prm.row_rotation_limit
+    gids = np.fromiter(pinched.keys(), np.int64, len(pinched))
+    counts = np.fromiter(pinched.values(), np.int64, len(pinched))
+    order = np.argsort(gids)
+    gids, counts = gids[order], counts[order]
+    own = inp.gid[:inp.n_owned].astype(np.int64)
+    pos = np.minimum(np.searchsorted(gids, own), len(gids) - 1)
+    c = np.where(gids[pos] == own, counts[pos], 0)
+    return prm.row_rotation_limit * 0.5 ** c
+
+
+def _limited_rotation(inp, prm, U_trial, ang, Xt, Qt, pa, pb, cw, sel, wsel, limits=None):
     """Rows of a recursion level linearised where no body has turned more than ``prm.row_rotation_limit``
     (collective: every rank calls it when any rank's trial turns a body by more).
 
@@ -685,12 +742,14 @@ def _limited_rotation(inp, prm, U_trial, ang, Xt, Qt, pa, pb, cw, sel, wsel):
 
     ``U_trial`` (n_owned, 6), ``ang`` (n_owned,) its rotation angles [rad], ``Xt`` (m, 3), ``Qt`` (m, 4) the
     trial configuration; ``pa, pb`` local indices of the offending pairs, ``cw`` (k, 2) offending (body, wall)
-    candidates, ``sel``/``wsel`` their trial geometry.  Returns (pair geometry, wall geometry, R_alt) where
+    candidates, ``sel``/``wsel`` their trial geometry; ``limits`` (n_owned,) per-body limits replacing
+    ``prm.row_rotation_limit`` (:func:`_body_limits`), or None.  Returns (pair geometry, wall geometry, R_alt) where
     R_alt = (rotation matrices at Y (m, 3, 3), mask of pair rows taken at Y, mask of those rows where Y turns a
     body of the pair less than the trial does)."""
     n = inp.n_owned
+    lim = prm.row_rotation_limit if limits is None else limits       # float, or (n_owned,) (pinch repairs)
     U_lin = U_trial.copy()
-    U_lin[:, 3:] *= (prm.row_rotation_limit / np.maximum(ang, prm.row_rotation_limit))[:, None]
+    U_lin[:, 3:] *= (lim / np.maximum(ang, lim))[:, None]
     _, ql = advance(inp.x0[:n], inp.q0[:n], U_lin, prm.dt)
     _, qg = inp.refresh(Xt[:n], ql)          # ghost orientations at Y (positions are the trial's)
     Ql = np.concatenate([ql, qg]) if len(qg) else ql
