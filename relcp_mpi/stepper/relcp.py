@@ -764,7 +764,8 @@ def _limited_rotation(inp, prm, U_trial, ang, Xt, Qt, pa, pb, cw, sel, wsel, lim
     wpred = wgeo.sep + np.einsum("ij,ij->i", wgeo.normal, np.cross(d[wb], wgeo.p_i - Xt[wb]))
     use, wuse = pred < -prm.overlap_tol, wpred < -prm.overlap_tol
     geo.sep, wgeo.sep = pred, wpred
-    cut = (norm_rows(d[pa]) > 0.0) | (norm_rows(d[pb]) > 0.0)
+    # (an unscaled body's Y is its trial orientation; d of equal quaternions is a rounding residue ~1e-16)
+    cut = (norm_rows(d[pa]) > 1e-12) | (norm_rows(d[pb]) > 1e-12)
     return geo.where(use, sel), wgeo.where(wuse, wsel), (Rl, use, use & cut)
 
 
