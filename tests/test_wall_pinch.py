@@ -167,17 +167,22 @@ def test_pinch_check_is_collective(hang_guard, bad_row_once):
     assert max(d["max_overlap"] for d in diags) <= 1e-3
 
 
-def test_pinch_repaired_in_place_without_redoing_the_step(bad_row_once):
+def test_pinch_repaired_in_place_without_redoing_the_step(bad_row_once, tmp_path):
     """contact.pinch_repairs: the certified pinch of the injected row is repaired in the level where it is found
     (the rod's appended wall rows dropped, its later rows linearised with half the rotation limit): no strict retry,
-    no failure, and the step's guarantee holds."""
+    no failure, and the step's guarantee holds; debug.trace_levels shows the repair from the repaired level on."""
+    import json
     deck = _spun_rod()
     deck["contact"].update(pinch_repairs=1, row_rotation_limit=0.35)
+    deck["debug"] = {"trace_levels": str(tmp_path / "levels.jsonl")}
     sim, diags = run_sim(deck, comm=MPI.COMM_SELF)
     assert bad_row_once["added"]
     assert diags[0]["pinch_repairs"] == 1 and diags[0].get("strict_retries", 0) == 0
     assert all("pinch_repairs" not in d for d in diags[1:])        # the injected row came once
     assert max(d["max_overlap"] for d in diags) <= 1e-3
+    records = [json.loads(line) for line in open(tmp_path / "levels.jsonl", encoding="utf-8")]
+    first = [r["pinch_repairs"] for r in records if r["step"] == 1]
+    assert first[0] == 0 and first[-1] == 1 and len(first) == diags[0]["depth"] + 1
 
 
 def test_pinch_repairs_exhausted_fail_as_before(bad_row_once, monkeypatch):

@@ -551,6 +551,7 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
         min_sep = comm.allreduce(float(min_sep_local), op=_MPI().MIN)
         T.stop("recursion")
         if trace:
+            traced["repairs"] = repairs
             _trace(prm, comm, inp, depth, n_cols, prev_cols, res, extra, t_solve, pa[bad_p], pb[bad_p],
                    cw[bad_w], rot, max_rot, max_ang, min_sep, traced)
             prev_cols = n_cols
@@ -623,7 +624,8 @@ def _trace(prm, comm, inp, depth, n_cols, prev_cols, res, extra, t_solve, bad_a,
     ``bad_cw`` (k, 2) the offending (body, wall) contacts, ``rot`` (m,) trial rotation of every local body
     [rad]; ``seen`` (updated): 'bodies' (gids) and 'contacts' (pair codes), sorted int64 arrays of what offended
     at earlier levels of the step, and 'limited' / 'backed', this rank's pair rows of the level linearised at
-    the rotation-limited configuration / along the step's path (set where they are appended).
+    the rotation-limited configuration / along the step's path (set where they are appended), 'repairs' the
+    step's wall pinches repaired in place so far (contact.pinch_repairs).
 
     A record: rows of the level's LCP and how many it appended (of those, rotation-limited and backed-off pair
     rows), iterations / residual / wall time of its solve, the offending pairs, walls and bodies at its trial
@@ -650,7 +652,7 @@ def _trace(prm, comm, inp, depth, n_cols, prev_cols, res, extra, t_solve, bad_a,
         bad_pairs=int(counts[0]), bad_walls=int(counts[1]), bad_bodies=int(len(gids)), repeat_bodies=repeat_b,
         repeat_contacts=repeat_c, min_sep=float(min_sep) if np.isfinite(min_sep) else None,
         rows_rot_deg=float(np.degrees(max_rot)), max_turn_deg=float(np.degrees(max_ang)),
-        bad_rot_deg=float(np.degrees(bad_rot))))
+        bad_rot_deg=float(np.degrees(bad_rot)), pinch_repairs=int(seen.get("repairs", 0))))
 
 
 def _wall_pinch(inp, prm, table, DtU, comm, depth):
