@@ -406,7 +406,8 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
     pinched = {}                     # gid -> repairs of that body: its rotation limit is halved per repair
     trace = lcp_debug.tracing(prm.debug)
     traced = dict(bodies=np.zeros(0, np.int64), contacts=np.zeros(0, np.int64),  # offenders so far (trace)
-                  limited=0, backed=0)   # this rank's rows of the last appended level from Y / along the path
+                  limited=0, backed=0,   # this rank's rows of the last appended level from Y / along the path
+                  repairs=0)
     prev_cols = 0
 
     while True:
@@ -473,6 +474,7 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
                     raise
         if repair is not None:
             repairs += 1
+            traced["repairs"] = repairs
             keep = _repair_pinch(table, repair, pinched)
             level_start -= int(np.count_nonzero(~keep[:level_start]))
             table.keep(keep)
@@ -551,7 +553,6 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
         min_sep = comm.allreduce(float(min_sep_local), op=_MPI().MIN)
         T.stop("recursion")
         if trace:
-            traced["repairs"] = repairs
             _trace(prm, comm, inp, depth, n_cols, prev_cols, res, extra, t_solve, pa[bad_p], pb[bad_p],
                    cw[bad_w], rot, max_rot, max_ang, min_sep, traced)
             prev_cols = n_cols
@@ -652,7 +653,7 @@ def _trace(prm, comm, inp, depth, n_cols, prev_cols, res, extra, t_solve, bad_a,
         bad_pairs=int(counts[0]), bad_walls=int(counts[1]), bad_bodies=int(len(gids)), repeat_bodies=repeat_b,
         repeat_contacts=repeat_c, min_sep=float(min_sep) if np.isfinite(min_sep) else None,
         rows_rot_deg=float(np.degrees(max_rot)), max_turn_deg=float(np.degrees(max_ang)),
-        bad_rot_deg=float(np.degrees(bad_rot)), pinch_repairs=int(seen.get("repairs", 0))))
+        bad_rot_deg=float(np.degrees(bad_rot)), pinch_repairs=int(seen["repairs"])))
 
 
 def _wall_pinch(inp, prm, table, DtU, comm, depth):
