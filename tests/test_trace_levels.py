@@ -56,6 +56,15 @@ def _check(records, diags):
             assert 0 <= r["repeat_contacts"] <= r["bad_pairs"] + r["bad_walls"]
             assert r["level"] > 0 or r["repeat_bodies"] == 0
             assert r["residual"] <= 1e-6 and r["solve_s"] >= 0.0
+            # the multipliers of the level's solution: the largest of the wall rows and of the level's own rows
+            # are among all rows'; the rods are pressed against the walls (wall rows carry load)
+            assert 0.0 < r["gamma_max_wall"] <= r["gamma_max"]
+            assert 0.0 <= r["gamma_max_level"] <= r["gamma_max"]
+            assert 0 < r["active"] <= r["rows"]
+            assert r["warm_residual"] >= r["residual"] or r["iterations"] == 0
+        # level 0's rows are all its rows; the last level's active rows are the step's
+        assert rec[0]["gamma_max_level"] == rec[0]["gamma_max"]
+        assert last["active"] == d["active"]
 
 
 def test_trace_levels_adds_up_to_the_step_diagnostics(tmp_path):

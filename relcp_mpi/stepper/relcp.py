@@ -554,7 +554,7 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
         T.stop("recursion")
         if trace:
             _trace(prm, comm, inp, depth, n_cols, prev_cols, res, extra, t_solve, pa[bad_p], pb[bad_p],
-                   cw[bad_w], rot, max_rot, max_ang, min_sep, traced)
+                   cw[bad_w], rot, max_rot, max_ang, min_sep, traced, table, gamma)
             prev_cols = n_cols
         grow = nbad > 0 and prm.model == "relcp"
         if grow:
@@ -618,7 +618,7 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
 
 
 def _trace(prm, comm, inp, depth, n_cols, prev_cols, res, extra, t_solve, bad_a, bad_b, bad_cw, rot, max_rot,
-           max_ang, min_sep, seen):
+           max_ang, min_sep, seen, table, gamma):
     """Collective (debug.trace_levels only): one JSON record of recursion level ``depth``.
 
     ``bad_a``/``bad_b`` local body indices of the pairs offending at the level's trial configuration,
@@ -631,14 +631,24 @@ def _trace(prm, comm, inp, depth, n_cols, prev_cols, res, extra, t_solve, bad_a,
     A record: rows of the level's LCP and how many it appended (of those, rotation-limited and backed-off pair
     rows), iterations / residual / wall time of its solve, the offending pairs, walls and bodies at its trial
     and how many of those bodies and contacts offended before, the deepest overlap (min_sep), the largest trial
-    rotation of a body with rows and of any body, and the largest among the offending bodies [deg]."""
+    rotation of a body with rows and of any body, and the largest among the offending bodies [deg]; from the
+    level's solution ``gamma`` (len(table),) [impulse, F T]: the largest multiplier of all rows, of the wall rows
+    and of the rows the level appended, the number of active rows (gamma > 0), and the min-map residual at the
+    solve's start (the warm start; with a fallback solve, the fallback's start).  A level whose new rows nearly
+    contradict earlier ones (rows of one body at orientations far apart, against two walls) shows as
+    multipliers far above the earlier levels'."""
     gid = inp.gid.astype(np.int64)
     ga, gb, gw = gid[bad_a], gid[bad_b], gid[bad_cw[:, 0]]
     idx = np.unique(np.concatenate([bad_a, bad_b, bad_cw[:, 0]]).astype(np.int64))
     # contact codes: body pairs (lo, hi) and walls (gid, -1 - wall) in one int64 each (gids < 2^31)
     codes = np.concatenate([(np.minimum(ga, gb) << 32) + np.maximum(ga, gb),
                             (gw << 32) + (2 ** 32 - 1 - bad_cw[:, 1].astype(np.int64))])
-    counts = comm.allreduce(np.array([len(bad_a), len(bad_cw), seen["limited"], seen["backed"]], np.int64))
+    counts = comm.allreduce(np.array([len(bad_a), len(bad_cw), seen["limited"], seen["backed"],
+                                      np.count_nonzero(gamma > 0)], np.int64))
+    g_loc = np.array([gamma.max(initial=0.0), gamma[table.ib < 0].max(initial=0.0),
+                      gamma[table.level == depth].max(initial=0.0)])
+    g_max = np.empty_like(g_loc)
+    comm.Allreduce(g_loc, g_max, op=_MPI().MAX)
     bad_rot = comm.allreduce(float(rot[idx].max(initial=0.0)), op=_MPI().MAX)
     gids = np.unique(np.concatenate(comm.allgather(gid[idx])))
     codes = np.unique(np.concatenate(comm.allgather(codes)))
@@ -653,7 +663,9 @@ def _trace(prm, comm, inp, depth, n_cols, prev_cols, res, extra, t_solve, bad_a,
         bad_pairs=int(counts[0]), bad_walls=int(counts[1]), bad_bodies=int(len(gids)), repeat_bodies=repeat_b,
         repeat_contacts=repeat_c, min_sep=float(min_sep) if np.isfinite(min_sep) else None,
         rows_rot_deg=float(np.degrees(max_rot)), max_turn_deg=float(np.degrees(max_ang)),
-        bad_rot_deg=float(np.degrees(bad_rot)), pinch_repairs=int(seen["repairs"])))
+        bad_rot_deg=float(np.degrees(bad_rot)), pinch_repairs=int(seen["repairs"]),
+        warm_residual=float(res.history[0]) if len(res.history) else None, active=int(counts[4]),
+        gamma_max=float(g_max[0]), gamma_max_wall=float(g_max[1]), gamma_max_level=float(g_max[2])))
 
 
 def _wall_pinch(inp, prm, table, DtU, comm, depth):
