@@ -156,6 +156,7 @@ class ContactSection:
     gap_margin: float         # [L] every LCP row asks for a predicted gap >= gap_margin (0 <= it <= overlap_tol)
     strict_retries: int       # a failed step is redone up to this many times with stricter rows (driver.policy)
     pinch_repairs: int        # wall pinches repaired in place per step (stepper.relcp) before the step fails
+    drop_axial_torque: bool   # rows exert no torque about the symmetry axis of rods and rings (stepper.relcp)
 
 
 @dataclass(frozen=True)

@@ -150,7 +150,7 @@ CSR_ATTR = "relcp_csr"
 LAYOUT_ATTR = "relcp_layout"
 
 
-def assemble_D(table, body_row, row_starts, comm, col_offset, n_cols_global, D=None):
+def assemble_D(table, body_row, row_starts, comm, col_offset, n_cols_global, D=None, axis=None):
     """Distributed D: rows = 6 dofs per body (owner-distributed), columns = constraints.
 
     ``body_row`` (m,) is the global block-row index of each body in the combined [owned, ghost] arrays and
@@ -160,12 +160,13 @@ def assemble_D(table, body_row, row_starts, comm, col_offset, n_cols_global, D=N
     owned rows in CSR form straight from the 6-vectors (:func:`_owned_csr`: the six dof rows of a body share
     one column pattern) in PETSc's index and scalar types, which PETSc adopts on one rank and copies on
     several (no per-entry Python calls, no (row, col, value) triplets).  ``D`` (a previous matrix) is destroyed
-    first, so that its memory is free again before the new arrays are built.
+    first, so that its memory is free again before the new arrays are built.  ``axis`` (m, 3) or None: a unit
+    vector per local body (zero for none) along which the rows' torques are dropped (:func:`_halves`).
     """
     PETSc = get_petsc()
     if D is not None:
         D.destroy()
-    body, col, component = _halves(table, body_row, col_offset)
+    body, col, component = _halves(table, body_row, col_offset, axis)
     rank, size = comm.rank, comm.size
     b0, b1 = int(row_starts[rank]), int(row_starts[rank + 1])
     if size > 1:
@@ -222,27 +223,42 @@ def local_csr(D):
     return csr if csr else D.getValuesCSR()
 
 
-def _halves(table, body_row, col_offset):
+def _halves(table, body_row, col_offset, axis=None):
     """The D entries of the local constraints as one 6-vector per (constraint, body): ``(body (h,) int64 global
     block rows, col (h,) int64 global columns, component)``, body i's 6-vectors of all rows first, then body j's
     (walls have none), ``[n, r_i x n]`` for body i and ``-[n, r_j x n]`` for body j, where ``component(k)`` is
     the (h,) array of component k of the 6-vectors, computed when asked for: the CSR is filled one component at
     a time, and all 6-vectors at once took 48 bytes per half (6 MiB on the dense 8,000-rod bed, at the assembly
     that set the step's peak).  The cross product is written out as ``np.cross`` computes it (a_p b_q - a_q b_p,
-    two products and a difference), so the bits are np.cross's.  The one place D's entries are formed."""
+    two products and a difference), so the bits are np.cross's.  The one place D's entries are formed.
+
+    ``axis`` (m, 3) or None: per local body a unit vector (or zero) along which the torques are dropped, each
+    torque t replaced by t - (t . a) a (contact.drop_axial_torque: the symmetry axis of a spherocylinder or ring
+    at the start of the step)."""
     c = len(table)
     pair = np.flatnonzero(table.ib >= 0)
     n, r_i, r_j = table.normal, table.r_i, table.r_j
 
-    def component(k):
+    def torque(k):
         out = np.empty(c + len(pair))
+        p, q = ((1, 2), (2, 0), (0, 1))[k]                 # (r x n)_k = r_p n_q - r_q n_p
+        np.subtract(r_i[:, p] * n[:, q], r_i[:, q] * n[:, p], out=out[:c])
+        np.negative(r_j[pair, p] * n[pair, q] - r_j[pair, q] * n[pair, p], out=out[c:])
+        return out
+
+    if axis is not None:
+        a = np.concatenate([axis[table.ia], axis[table.ib[pair]]])
+        ta = sum(torque(k) * a[:, k] for k in range(3))       # (h,) torque along each half's body axis
+
+    def component(k):
         if k < 3:
+            out = np.empty(c + len(pair))
             out[:c] = n[:, k]
             np.negative(n[pair, k], out=out[c:])
-        else:
-            p, q = ((1, 2), (2, 0), (0, 1))[k - 3]             # (r x n)_{k-3} = r_p n_q - r_q n_p
-            np.subtract(r_i[:, p] * n[:, q], r_i[:, q] * n[:, p], out=out[:c])
-            np.negative(r_j[pair, p] * n[pair, q] - r_j[pair, q] * n[pair, p], out=out[c:])
+            return out
+        out = torque(k - 3)
+        if axis is not None:
+            out -= ta * a[:, k - 3]
         return out
 
     col = col_offset + np.arange(c, dtype=np.int64)

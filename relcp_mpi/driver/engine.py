@@ -102,7 +102,8 @@ class StepEngine:
                                  max_trial_rotation=c.max_trial_rotation if deck.time.max_halvings else 0.0,
                                  row_rotation_limit=c.row_rotation_limit, row_depth_limit=c.row_depth_limit,
                                  carry_rows=c.carry_rows, gap_margin=c.gap_margin,
-                                 pinch_repairs=c.pinch_repairs, debug=LcpDebug.from_deck(deck.debug))
+                                 pinch_repairs=c.pinch_repairs, drop_axial_torque=c.drop_axial_torque,
+                                 debug=LcpDebug.from_deck(deck.debug))
         self.growth_model = GrowthModel.from_deck(deck.growth)
         self.workspace = StepWorkspace(comm)
         self.has_growth = bool(comm.allreduce(bool(np.any(state.bodies.growth != 0)), op=MPI.LOR))

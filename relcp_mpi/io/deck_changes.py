@@ -63,7 +63,9 @@ ALLOWED = ("name", "time", "solver", "parallel", "output", "debug", "contact.ski
            # how a failed step is redone (stricter rows, same guarantee), like time.max_halvings
            "contact.strict_retries",
            # where a pinched body's appended rows are linearised (same guarantee)
-           "contact.pinch_repairs")
+           "contact.pinch_repairs",
+           # a spin no contact force produces, dropped from the rows (same guarantee: every trial is checked)
+           "contact.drop_axial_torque")
 UNKNOWN_WHY = "not known to be safe to change across a restart"
 
 

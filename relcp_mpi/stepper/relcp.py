@@ -37,7 +37,7 @@ import numpy as np
 from relcp_mpi.contact.constraints import ConstraintTable, assemble_D, lookup_keys, match_keys
 from relcp_mpi.basics import quaternion
 from relcp_mpi.basics.rows import norm_rows
-from relcp_mpi.bodies.shapes import ELLIPSOID, SPHERE, SPHEROCYLINDER
+from relcp_mpi.bodies.shapes import ELLIPSOID, RING, SPHERE, SPHEROCYLINDER
 from relcp_mpi.contact.line_contacts import (N_PAIR_SLOTS, N_WALL_SLOTS, core_parameters, distinct_within_skin,
                                              ring_wall_rows, rod_pair_end_rows, rod_point_rows, rod_wall_cap_rows)
 from relcp_mpi.contact.neighbors import (candidate_pairs, pair_distance, screened_candidate_pairs,
@@ -84,6 +84,7 @@ class StepParams:
     carry_rows: bool = False       # level 0 re-samples the previous step's appended rod-rod rows (contact.carry_rows)
     gap_margin: float = 0.0        # [L] the LCP asks every row for a predicted gap >= gap_margin (contact.gap_margin)
     pinch_repairs: int = 0         # wall pinches repaired in place per step (contact.pinch_repairs, _repair_pinch)
+    drop_axial_torque: bool = False  # rows exert no torque about a rod's / ring's axis (contact.drop_axial_torque)
     geometry_tol: float = 1e-12
     debug: object = None           # lcp_debug.LcpDebug: LCP dumps and certificate checks (None = off)
 
@@ -384,6 +385,7 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
             ia, ib, wb, ww, axial = _snsd_level0(inp, prm, X0, Q0, R0, ia, ib, wb, ww, table, cache, carry,
                                                  screened)
         del R0
+    spin_axis = _symmetry_axes(inp) if prm.drop_axial_torque else None
     # candidate set for the overlap checks: body pairs as (ia, ib), walls as (wb, ww)
     cand_pairs = np.stack([ia, ib], axis=1)
     cand_walls = np.stack([wb, ww], axis=1)
@@ -419,7 +421,8 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
         n_cols = int(sum(counts))
         if workspace.op is not None:
             workspace.op.release()                 # the previous D's products: not held through this assembly
-        workspace.D = assemble_D(table, inp.row, inp.row_starts, comm, col_offset, n_cols, D=workspace.D)
+        workspace.D = assemble_D(table, inp.row, inp.row_starts, comm, col_offset, n_cols, D=workspace.D,
+                                 axis=spin_axis)
         D = workspace.D
         Uext_v = _bodyvec(PETSc, D, U_ext)
         tmp = D.createVecRight()
@@ -722,6 +725,25 @@ def _repair_pinch(table, rows, pinched):
         pinched[g] = pinched.get(g, 0) + 1
     drop = (table.ib < 0) & (table.level >= 1) & np.isin(table.gid_i, bodies)
     return ~drop
+
+
+def _symmetry_axes(inp):
+    """(m, 3) unit symmetry axis at the start of the step of every local spherocylinder and ring (body z), zero
+    for other bodies: the rows' torques along it are dropped (contact.drop_axial_torque).
+
+    Why: a frictionless contact force on a surface of revolution acts along the surface normal, which lies in a
+    plane through the axis, so it has no moment about the axis; the level-0 rows (taken at the start) agree.  A
+    row appended at a trial configuration where the body has turned carries a lever arm and normal of the turned
+    body, whose torque has a component along the start axis, so the LCP could meet that row by spinning the body
+    about its start axis: with the spin the finite rotation exp(omega dt) moves the axis on a cone instead of the
+    great circle the other rows predict, and the spin, which no true contact force produces, sets the rotation
+    limit of the body's next rows (|omega| dt).  Spheres need nothing (their rows' torques vanish); ellipsoids
+    have no symmetry axis in general."""
+    axis = np.zeros((len(inp.kind), 3))
+    rev = (inp.kind == SPHEROCYLINDER) | (inp.kind == RING)
+    if np.any(rev):
+        axis[rev] = quaternion.to_matrix(inp.q0[rev])[:, :, 2]
+    return axis
 
 
 def _body_limits(inp, prm, pinched):

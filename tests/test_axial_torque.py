@@ -1,0 +1,71 @@
+"""contact.drop_axial_torque: the rows exert no torque about the symmetry axis of a spherocylinder.
+
+A frictionless contact force on a surface of revolution has no moment about its axis, and the level-0 rows
+(taken at the start of the step) agree to rounding; rows appended at a trial configuration where a rod has
+turned do not, and the LCP then spins the rod about its start axis.  The pinched bed of
+tests/test_line_contacts_mpi.py (16 rods pressed together between two walls and twisted by torques perpendicular
+to their axes) with rows linearised at rotation-limited trials shows that spin; with the option the contact
+torque of every rod is perpendicular to its axis at the start of the step, and the steps still keep every
+overlap below overlap_tol, on any number of ranks."""
+import copy
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from relcp_mpi import Simulation
+from relcp_mpi.basics import quaternion
+from relcp_mpi.config.deck import DeckError, validate
+from tests.helpers import same_on_sub_communicators
+from tests.test_line_contacts_mpi import pinched_bed
+
+
+def _deck(drop):
+    deck = copy.deepcopy(pinched_bed(False, max_iter=5000, fallback="ipm"))
+    deck["contact"].update(row_rotation_limit=0.35, drop_axial_torque=drop)
+    return deck
+
+
+def _axial_torque(deck, comm):
+    """Run ``deck``; per step the largest |contact torque . start axis| over the rods, relative to the largest
+    contact torque component, and the step diagnostics."""
+    sim = Simulation.from_deck(deck, comm=comm)
+    ratios = []
+    start = {"q": sim.gather("q")[1]}
+
+    def record(s):
+        _, q = s.gather("q")
+        _, f = s.gather("contact_force")
+        axis = quaternion.to_matrix(start["q"])[:, :, 2]
+        tau = f[:, 3:]
+        ratios.append(np.abs(np.einsum("ij,ij->i", tau, axis)).max() / np.abs(tau).max())
+        start["q"] = q
+
+    sim.run(None, writers=[], on_step=record)
+    return sim, np.array(ratios), sim.history
+
+
+def test_rows_exert_no_torque_about_the_rod_axis():
+    _, ratio_off, d_off = _axial_torque(_deck(False), MPI.COMM_SELF)
+    _, ratio_on, d_on = _axial_torque(_deck(True), MPI.COMM_SELF)
+    assert max(d["depth"] for d in d_off) >= 2          # rows appended at turned trials (else nothing to see)
+    assert ratio_off.max() > 1e-3                       # the spurious axial torque exists without the option
+    assert ratio_on.max() < 1e-12                       # and is gone with it
+    for d in d_on:
+        assert d["max_overlap"] <= 1e-3
+        assert d["residual"] <= 1e-6
+
+
+@pytest.mark.mpi
+def test_axial_torque_dropped_on_any_rank_count(hang_guard):
+    deck = _deck(True)
+    ref, ratios, dref = _axial_torque(deck, MPI.COMM_SELF)
+    assert ratios.max() < 1e-12
+    assert same_on_sub_communicators(deck, ref, dref) == []
+
+
+def test_drop_axial_torque_must_be_a_boolean():
+    deck = _deck(True)
+    deck["contact"]["drop_axial_torque"] = "yes please"
+    with pytest.raises(DeckError, match="contact.drop_axial_torque"):
+        validate(deck)
