@@ -17,22 +17,37 @@ def _global_problem(N=23, C=41, W=2, seed=3):
     return pi, pj, n, rng.normal(size=(C, 3)), rng.normal(size=(C, 3))
 
 
-def _dense_D(N, pi, pj, n, ri, rj):
+def _dense_D(N, pi, pj, n, ri, rj, axis=None):
+    """Dense reference; with ``axis`` (N, 3) each body's torques lose their component along its axis."""
+    axis = np.zeros((N, 3)) if axis is None else axis
+
+    def six(b, r, nk):
+        t = np.cross(r, nk)
+        return np.concatenate([nk, t - np.dot(t, axis[b]) * axis[b]])
+
     D = np.zeros((6 * N, len(pi)))
     for k in range(len(pi)):
-        D[6 * pi[k]:6 * pi[k] + 6, k] += np.concatenate([n[k], np.cross(ri[k], n[k])])
+        D[6 * pi[k]:6 * pi[k] + 6, k] += six(pi[k], ri[k], n[k])
         if pj[k] >= 0:
-            D[6 * pj[k]:6 * pj[k] + 6, k] -= np.concatenate([n[k], np.cross(rj[k], n[k])])
+            D[6 * pj[k]:6 * pj[k] + 6, k] -= six(pj[k], rj[k], n[k])
     return D
 
 
 @pytest.mark.mpi
-def test_distributed_D_matches_dense():
+@pytest.mark.parametrize("with_axis", [False, True])
+def test_distributed_D_matches_dense(with_axis):
+    """With ``with_axis`` every other body has a unit axis along which its torques are dropped
+    (contact.drop_axial_torque), the others none."""
     PETSc = get_petsc()
     comm = MPI.COMM_WORLD
     P, r = comm.size, comm.rank
     N, C = 23, 41
     pi, pj, n, ri, rj = _global_problem(N, C)
+    axis = None
+    if with_axis:
+        axis = np.random.default_rng(5).normal(size=(N, 3))
+        axis /= np.linalg.norm(axis, axis=1, keepdims=True)
+        axis[1::2] = 0.0
     # rank 0 owns no body when P > 1 (zero-body rank), bodies split among the others
     owners = np.arange(N) % max(P - 1, 1) + (1 if P > 1 else 0)
     starts = np.concatenate([[0], np.cumsum(np.bincount(owners, minlength=P))])
@@ -51,8 +66,11 @@ def test_distributed_D_matches_dense():
              gid_i=pi[mine_c], gid_j=pj[mine_c], sub=np.zeros(len(mine_c)), normal=n[mine_c], r_i=ri[mine_c],
              r_j=rj[mine_c], gap_free=np.zeros(len(mine_c)), sep0=np.zeros(len(mine_c)))
     counts = comm.allgather(len(t))
-    D = assemble_D(t, row_of[local], starts, comm, int(sum(counts[:r])), C)
-    Dd = _dense_D(N, pi, pj, n, ri, rj)
+    D = assemble_D(t, row_of[local], starts, comm, int(sum(counts[:r])), C,
+                   axis=None if axis is None else axis[local])
+    Dd = _dense_D(N, pi, pj, n, ri, rj, axis)
+    if with_axis:                                    # the projection changes the reference (else it tests nothing)
+        assert not np.allclose(Dd, _dense_D(N, pi, pj, n, ri, rj), atol=1e-3)
     # permutation: global column order is (rank, local order)
     colperm = np.concatenate([np.arange(C)[np.arange(C) % P == p] for p in range(P)])
     rowperm = np.concatenate([np.arange(6 * g, 6 * g + 6) for g in order])
