@@ -69,3 +69,43 @@ def test_drop_axial_torque_must_be_a_boolean():
     deck["contact"]["drop_axial_torque"] = "yes please"
     with pytest.raises(DeckError, match="contact.drop_axial_torque"):
         validate(deck)
+
+
+def test_symmetry_axes_of_rods_and_rings_only():
+    """The axis along which torques are dropped: body z (rotated to the lab frame) of spherocylinders and rings,
+    none for spheres and ellipsoids."""
+    from types import SimpleNamespace
+
+    from relcp_mpi.bodies.shapes import ELLIPSOID, RING, SPHERE, SPHEROCYLINDER
+    from relcp_mpi.stepper.relcp import _symmetry_axes
+    rng = np.random.default_rng(4)
+    q = quaternion.normalize(rng.normal(size=(8, 4)))
+    kind = np.array([SPHERE, SPHEROCYLINDER, ELLIPSOID, RING] * 2)
+    axes = _symmetry_axes(SimpleNamespace(kind=kind, q0=q))
+    z = quaternion.to_matrix(q) @ np.array([0.0, 0.0, 1.0])
+    rev = (kind == SPHEROCYLINDER) | (kind == RING)
+    assert np.allclose(axes[rev], z[rev], atol=1e-15)
+    assert np.allclose(np.linalg.norm(axes[rev], axis=1), 1.0)
+    assert np.all(axes[~rev] == 0.0)
+
+
+def test_contact_forces_on_rods_and_rings_have_no_axial_moment():
+    """The premise of the option: at any configuration the SNSD contact normal of a rod or a ring lies in a plane
+    through the body's axis, so (p - x) x n has no component along the axis (random close pairs of both kinds)."""
+    from relcp_mpi.bodies.shapes import RING, SPHEROCYLINDER
+    from relcp_mpi.geometry.contact import pair_snsd_indexed
+    rng = np.random.default_rng(8)
+    k = 60
+    kind = np.repeat([SPHEROCYLINDER, RING], k)
+    shape = np.concatenate([np.tile([0.5, 1.5, 0.0], (k, 1)), np.tile([1.0, 0.2, 0.0], (k, 1))])
+    X = rng.uniform(-1.5, 1.5, size=(2 * k, 3))
+    Q = quaternion.normalize(rng.normal(size=(2 * k, 4)))
+    ia = np.concatenate([np.arange(0, k, 2), np.arange(k, 2 * k, 2)])          # rod-rod and ring-ring pairs
+    ib = np.concatenate([np.arange(1, k, 2), np.arange(k + 1, 2 * k, 2)])
+    g = pair_snsd_indexed(kind, shape, X, Q, ia, ib, tol=1e-12)
+    ok = g.converged
+    axis = quaternion.to_matrix(Q)[:, :, 2]
+    for body, p, sign in ((ia, g.p_i, 1.0), (ib, g.p_j, -1.0)):
+        moment = np.einsum("ij,ij->i", np.cross(p - X[body], sign * g.normal), axis[body])
+        lever = np.linalg.norm(p - X[body], axis=1)
+        assert np.all(np.abs(moment[ok]) <= 1e-7 * np.maximum(lever[ok], 1.0))
