@@ -499,7 +499,7 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
         U_trial = U_ext + np.einsum("nij,nj->ni", inp.blocks, F)
         for v in (Uext_v, tmp, gap_v, gv, Fv):
             v.destroy()
-        xt, qt = advance(X0[:n], Q0[:n], U_trial, dt)
+        xt, qt = advance(X0[:n], Q0[:n], U_trial, dt, None if spin_axis is None else spin_axis[:n])
         xg, qg = inp.refresh(xt, qt)
         T.start("recursion")
         Xt = np.concatenate([xt, xg]) if len(xg) else xt
@@ -787,7 +787,8 @@ def _limited_rotation(inp, prm, U_trial, ang, Xt, Qt, pa, pb, cw, sel, wsel, lim
     lim = prm.row_rotation_limit if limits is None else limits       # float, or (n_owned,) (pinch repairs)
     U_lin = U_trial.copy()
     U_lin[:, 3:] *= (lim / np.maximum(ang, lim))[:, None]
-    _, ql = advance(inp.x0[:n], inp.q0[:n], U_lin, prm.dt)
+    _, ql = advance(inp.x0[:n], inp.q0[:n], U_lin, prm.dt,
+                    _symmetry_axes(inp)[:n] if prm.drop_axial_torque else None)
     _, qg = inp.refresh(Xt[:n], ql)          # ghost orientations at Y (positions are the trial's)
     Ql = np.concatenate([ql, qg]) if len(qg) else ql
     Rl = quaternion.to_matrix(Ql)
