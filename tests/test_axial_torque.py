@@ -149,7 +149,7 @@ def test_rod_spun_between_walls_stays_in_the_plane():
     from tests.helpers import run_sim
     from tests.test_wall_pinch import _spun_rod
     # one step: later the fixed lab torque has a part perpendicular to the turned axis, which tilts it for real
-    _, d_off = run_sim(_spun_rod(steps=1), comm=MPI.COMM_SELF)
+    _, d_off = run_sim(_spun_rod(steps=1), comm=MPI.COMM_SELF)            # pinned off there
     deck = _spun_rod(steps=1)
     deck["contact"]["drop_axial_torque"] = True
     sim, d_on = run_sim(deck, comm=MPI.COMM_SELF)

@@ -36,6 +36,7 @@ def test_record_fields_on_a_tiny_peer_deck(tmp_path, capsys):
     assert sum(rec["stages"][k] for k in ("geometry", "neighbors", "assembly", "solve")) <= rec["wall_s"]
     # ru_maxrss (the kernel's high-water mark) and /proc/self/statm count slightly differently: within 5 %
     assert rec["peak_rss_mib_max"] >= 0.95 * max(rec["rss_mib"]["end"]) > 0
-    assert max(rec["rss_mib"]["end"]) > max(rec["rss_mib"]["imports"]) > 0
+    # (>=: inside a long test session the run may reuse heap pages earlier tests left, and not grow at all)
+    assert max(rec["rss_mib"]["end"]) >= max(rec["rss_mib"]["imports"]) > 0
     bench.print_table([rec])
     assert "tiny" in capsys.readouterr().out
