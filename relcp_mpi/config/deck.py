@@ -38,11 +38,11 @@ Top-level sections (defaults in ``SCHEMA``)::
                row_rotation_limit > 0: a grown LCP whose wall rows pinch a body (stepper/wall_pinch.py) is
                repaired in place up to this many times per step: that body's appended wall rows are dropped
                and its later rows linearised with its rotation limit halved per repair, instead of the
-               whole step failing), drop_axial_torque (bool, default true: the rows exert no torque about
+               whole step failing), drop_axial_torque (bool, default false: the rows exert no torque about
                the symmetry axis of spherocylinders and rings at the start of the step, which no frictionless
-               contact force has, and a spin about that axis does not move it in the trial update; false: the
-               plain exp(omega dt) update and rows as taken, whose torques at turned trials spin such bodies,
-               see docs/ARCHITECTURE.md)}
+               contact force has, and a spin about that axis does not move it in the trial update; rows
+               appended at turned trials otherwise spin such bodies; best with row_rotation_limit, see
+               docs/ARCHITECTURE.md)}
     solver:   {method: a name of relcp_mpi.solver.registry (bbpgd, apgd, ipm, tao-<type>), tol, max_iter,
                options (the method's tunable options, e.g. {L_safety: 1.1} for apgd; the registry lists them),
                fallback (method tried on an LCP the first method fails on, default ipm; none = fail at once),
@@ -286,7 +286,7 @@ SCHEMA = {
         "gap_margin": (FLOAT, 0.0, _nonneg),
         "strict_retries": (INT, 0, _int_range(0, 8)),
         "pinch_repairs": (INT, 0, _int_range(0, 16)),
-        "drop_axial_torque": (BOOL, True, None),
+        "drop_axial_torque": (BOOL, False, None),
     },
     "solver": {
         "method": (STR, "bbpgd", _choice(*method_names())),

@@ -84,7 +84,7 @@ class StepParams:
     carry_rows: bool = False       # level 0 re-samples the previous step's appended rod-rod rows (contact.carry_rows)
     gap_margin: float = 0.0        # [L] the LCP asks every row for a predicted gap >= gap_margin (contact.gap_margin)
     pinch_repairs: int = 0         # wall pinches repaired in place per step (contact.pinch_repairs, _repair_pinch)
-    drop_axial_torque: bool = False  # rows exert no torque about a rod's / ring's axis (the deck's default: true)
+    drop_axial_torque: bool = False  # rows exert no torque about a rod's / ring's axis (contact.drop_axial_torque)
     geometry_tol: float = 1e-12
     debug: object = None           # lcp_debug.LcpDebug: LCP dumps and certificate checks (None = off)
 
