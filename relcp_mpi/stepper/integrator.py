@@ -14,11 +14,12 @@ def advance(x, q, U, dt, axis=None):
     see would tip its axis, e.g. out of the plane of a colony into its walls.)  The same to first order in dt."""
     U = np.asarray(U, dtype=float).reshape(-1, 6)
     w = U[:, 3:]
-    qn = quat.integrate(q, w, dt)
-    if axis is not None:
-        rev = np.flatnonzero(np.any(axis != 0.0, axis=1))
-        if len(rev):
-            a = axis[rev]
-            spin = np.einsum("ij,ij->i", w[rev], a)[:, None] * a
-            qn[rev] = quat.integrate(quat.integrate(q[rev], spin, dt), w[rev] - spin, dt)
+    if axis is None:
+        return x + dt * U[:, :3], quat.integrate(q, w, dt)
+    rev = np.any(axis != 0.0, axis=1)
+    qn = np.empty_like(q, dtype=float)
+    qn[~rev] = quat.integrate(q[~rev], w[~rev], dt)         # per body: the same bits as the whole-array update
+    a = axis[rev]
+    spin = np.einsum("ij,ij->i", w[rev], a)[:, None] * a
+    qn[rev] = quat.integrate(quat.integrate(q[rev], spin, dt), w[rev] - spin, dt)
     return x + dt * U[:, :3], qn

@@ -572,7 +572,8 @@ def relcp_step(inp: StepInput, prm: StepParams, workspace: StepWorkspace, timer=
             # same decision on every rank (collective; ``pinched`` is: the repairs' certificates are global)
             if prm.row_rotation_limit > 0.0 and (max_ang > prm.row_rotation_limit or pinched):
                 sel, wsel, Ra = _limited_rotation(inp, prm, U_trial, ang, Xt, Qt, pa[bad_p], pb[bad_p],
-                                                  cw[bad_w], sel, wsel, _body_limits(inp, prm, pinched))
+                                                  cw[bad_w], sel, wsel, _body_limits(inp, prm, pinched),
+                                                  None if spin_axis is None else spin_axis[:n])
             backed = None
             if prm.row_depth_limit > 0.0:                          # local: no collective
                 sel, backed = _backed_off_rows(inp, prm, Xt, Qt, pa[bad_p], pb[bad_p], tgeo.sep[bad_p], sel)
@@ -761,7 +762,7 @@ def _body_limits(inp, prm, pinched):
     return prm.row_rotation_limit * 0.5 ** c
 
 
-def _limited_rotation(inp, prm, U_trial, ang, Xt, Qt, pa, pb, cw, sel, wsel, limits=None):
+def _limited_rotation(inp, prm, U_trial, ang, Xt, Qt, pa, pb, cw, sel, wsel, limits=None, axis=None):
     """Rows of a recursion level linearised where no body has turned more than ``prm.row_rotation_limit``
     (collective: every rank calls it when any rank's trial turns a body by more).
 
@@ -780,15 +781,15 @@ def _limited_rotation(inp, prm, U_trial, ang, Xt, Qt, pa, pb, cw, sel, wsel, lim
     ``U_trial`` (n_owned, 6), ``ang`` (n_owned,) its rotation angles [rad], ``Xt`` (m, 3), ``Qt`` (m, 4) the
     trial configuration; ``pa, pb`` local indices of the offending pairs, ``cw`` (k, 2) offending (body, wall)
     candidates, ``sel``/``wsel`` their trial geometry; ``limits`` (n_owned,) per-body limits replacing
-    ``prm.row_rotation_limit`` (:func:`_body_limits`), or None.  Returns (pair geometry, wall geometry, R_alt) where
+    ``prm.row_rotation_limit`` (:func:`_body_limits`), or None; ``axis`` (n_owned, 3) the owned bodies' symmetry
+    axes of the trial update (:func:`_symmetry_axes`, contact.drop_axial_torque), or None.  Returns (pair geometry, wall geometry, R_alt) where
     R_alt = (rotation matrices at Y (m, 3, 3), mask of pair rows taken at Y, mask of those rows where Y turns a
     body of the pair less than the trial does)."""
     n = inp.n_owned
     lim = prm.row_rotation_limit if limits is None else limits       # float, or (n_owned,) (pinch repairs)
     U_lin = U_trial.copy()
     U_lin[:, 3:] *= (lim / np.maximum(ang, lim))[:, None]
-    _, ql = advance(inp.x0[:n], inp.q0[:n], U_lin, prm.dt,
-                    _symmetry_axes(inp)[:n] if prm.drop_axial_torque else None)
+    _, ql = advance(inp.x0[:n], inp.q0[:n], U_lin, prm.dt, axis)
     _, qg = inp.refresh(Xt[:n], ql)          # ghost orientations at Y (positions are the trial's)
     Ql = np.concatenate([ql, qg]) if len(qg) else ql
     Rl = quaternion.to_matrix(Ql)
