@@ -1,2 +1,3 @@
 """Shared basics at the bottom of the package (no relcp_mpi imports): batched quaternion algebra
-(:mod:`.quaternion`) and counter-based random streams keyed by (seed, step, body id) (:mod:`.random`)."""
+(:mod:`.quaternion`), counter-based random streams keyed by (seed, step, body id) (:mod:`.random`) and the input
+error type of decks (:mod:`.errors`)."""

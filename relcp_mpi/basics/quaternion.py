@@ -3,9 +3,20 @@
 Convention: q = (w, x, y, z), scalar first, arrays of shape (n, 4).  A quaternion maps body-frame
 vectors to the lab frame: v_lab = R(q) v_body.
 """
+from dataclasses import dataclass
+
 import numpy as np
 
 from relcp_mpi.basics.rows import norm_rows
+
+
+@dataclass(frozen=True)
+class AxisAngle:
+    """A body orientation given as a rotation ``angle`` [rad] about ``axis`` (3,) (not necessarily unit): the
+    typed form of a deck's ``orientation: {axis, angle}`` (:mod:`relcp_mpi.config.sections`), read by the body
+    builder."""
+    axis: tuple
+    angle: float
 
 
 def normalize(q):

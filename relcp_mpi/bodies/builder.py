@@ -8,10 +8,10 @@ import numpy as np
 
 from relcp_mpi.bodies.shapes import KIND_CODES, bounding_radius
 from relcp_mpi.bodies.store import BodyStore
-from relcp_mpi.config.deck import DeckError
-from relcp_mpi.config.sections import AxisAngle
 from relcp_mpi.basics import quaternion as quat
 from relcp_mpi.basics import random as prandom
+from relcp_mpi.basics.errors import DeckError
+from relcp_mpi.basics.quaternion import AxisAngle
 
 
 # peak memory of build_bodies per body (every rank builds all initial bodies): 0.94 kB measured for 10^6

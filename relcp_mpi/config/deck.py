@@ -84,17 +84,8 @@ import yaml
 
 from relcp_mpi.config.events import check_event_section
 from relcp_mpi.config.problems import unknown_keys
+from relcp_mpi.basics.errors import DeckError  # noqa: F401 (the deck's error type, defined below the bodies)
 from relcp_mpi.solver.registry import method_info, method_names
-
-
-class DeckError(ValueError):
-    """Invalid input deck.  ``problems`` is a list of 'key: message' strings."""
-
-    def __init__(self, problems, source="deck"):
-        self.problems = list(problems)
-        self.source = source
-        lines = "\n  - ".join(self.problems)
-        super().__init__(f"invalid input deck {source}:\n  - {lines}")
 
 
 # ------------------------------------------------------------------------------------------------

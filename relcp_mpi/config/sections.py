@@ -17,6 +17,7 @@ import os
 import pickle
 from dataclasses import dataclass, fields
 
+from relcp_mpi.basics.quaternion import AxisAngle  # noqa: F401 (a typed orientation; re-exported here)
 from relcp_mpi.config.deck import BODY_KEYS, GENERATOR_KEYS, load, validate
 from relcp_mpi.config.events import check_event_section
 
@@ -40,13 +41,6 @@ def _body_spec(cls, d):
     return dataclasses.replace(spec, **({"orientation": AxisAngle(tuple(o["axis"]), o["angle"])}
                                         if isinstance(o, dict) else {}),
                                **({"region": Region(tuple(r["lo"]), tuple(r["hi"]))} if isinstance(r, dict) else {}))
-
-
-@dataclass(frozen=True)
-class AxisAngle:
-    """A body orientation given as a rotation ``angle`` [rad] about ``axis`` (3,) (not necessarily unit)."""
-    axis: tuple
-    angle: float
 
 
 @dataclass(frozen=True)
