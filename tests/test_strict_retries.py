@@ -42,6 +42,28 @@ def test_pinched_bed_fails_without_and_runs_with_strict_retries():
     assert sim.engine.params.row_rotation_limit == 0.0    # the deck's rows again after the retried step
 
 
+def test_a_retried_step_says_why_it_failed(capsys):
+    """The retry line names the failure itself (solver, reason, residual, iterations), not only its type: a user
+    reading a long run's log can tell a stiff step from a broken deck."""
+    deck = pinched_bed(False, max_iter=1500)
+    deck["contact"]["strict_retries"] = 2
+    run_sim(deck, comm=MPI.COMM_SELF)
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if "redoing it with stricter rows" in ln]
+    assert lines, "the first step of the pinched bed is retried"
+    assert lines[0].startswith("relcp-mpi: step 1 failed at dt=")
+    assert "SolverError: LCP solver 'apgd' did not converge" in lines[0]
+    assert "after 1500 iterations" in lines[0] and "min-map residual" in lines[0]
+
+
+def test_the_failure_in_a_retry_line_is_one_bounded_line():
+    from relcp_mpi.driver.policy import WHY_CHARS, _why
+    from relcp_mpi.stepper.relcp import RecursionDepthError
+    assert _why(RecursionDepthError("max_depth=3 reached\nsecond line")) == "RecursionDepthError: max_depth=3 reached"
+    long = _why(SolverError("apgd", 10, 1.0, 1e-3, [1.0], reason="x" * 1000))
+    assert len(long) <= len("SolverError: ") + WHY_CHARS and long.endswith("...")
+    assert _why(RuntimeError()) == "RuntimeError"
+
+
 def test_strict_retries_change_nothing_when_no_step_fails():
     deck = pinched_bed(True)
     ref, dref = run_sim(deck, comm=MPI.COMM_SELF)

@@ -26,6 +26,16 @@ from relcp_mpi.solver.lcp import SolverError
 from relcp_mpi.stepper.relcp import RecursionDepthError
 
 STEP_FAILURES = (SolverError, RecursionDepthError)
+WHY_CHARS = 300          # the failure's own message in a retry line, cut to this length
+
+
+def _why(exc):
+    """``exc``'s type and the first line of its message (at most WHY_CHARS characters): which solver, why, at which
+    residual, or which recursion limit -- what a user needs to tell a stiff step from a broken deck."""
+    first = (str(exc).splitlines() or [""])[0]
+    if len(first) > WHY_CHARS:
+        first = first[:WHY_CHARS - 3] + "..."
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 # the limits a strict retry starts from when the deck has them off: rows linearised where no body turned more
 # than 20 deg, and deep overlaps (beyond 100 overlap_tol) backed off along the step's path
@@ -79,11 +89,11 @@ class StepPolicy:
                 except STEP_FAILURES as exc:
                     if attempt == self.strict_retries:
                         raise
-                    failure = type(exc).__name__
+                    failure = _why(exc)
                 collect_failed_step()              # outside the except clause: the traceback is gone
                 engine.params = stricter_rows(base, attempt + 1)
-                self.log(f"relcp-mpi: step {saved.step + 1}: {failure} at dt={dt:g}; redoing it with stricter "
-                         f"rows (row_rotation_limit {engine.params.row_rotation_limit:.4g} rad, "
+                self.log(f"relcp-mpi: step {saved.step + 1} failed at dt={dt:g}: {failure}; redoing it with "
+                         f"stricter rows (row_rotation_limit {engine.params.row_rotation_limit:.4g} rad, "
                          f"row_depth_limit {engine.params.row_depth_limit:.4g})")
                 st.restore(saved)
         finally:
@@ -109,9 +119,9 @@ class StepPolicy:
             except STEP_FAILURES as exc:
                 if level >= k:
                     raise
-                failure = type(exc).__name__
+                failure = _why(exc)
             collect_failed_step()                  # outside the except clause: the traceback is gone
-            self.log(f"relcp-mpi: step {step0 + 1}: {failure} at dt={dt:g}; redoing it as two steps of "
+            self.log(f"relcp-mpi: step {step0 + 1} failed at dt={dt:g}: {failure}; redoing it as two steps of "
                      f"dt={dt / 2:g}")
             st.restore(saved)
             failed[0] = True
