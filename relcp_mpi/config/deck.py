@@ -82,9 +82,9 @@ import sys
 import numpy as np
 import yaml
 
+from relcp_mpi.basics.errors import DeckError  # noqa: F401 (the deck's error type, defined below the bodies)
 from relcp_mpi.config.events import check_event_section
 from relcp_mpi.config.problems import unknown_keys
-from relcp_mpi.basics.errors import DeckError  # noqa: F401 (the deck's error type, defined below the bodies)
 from relcp_mpi.solver.registry import method_info, method_names
 
 

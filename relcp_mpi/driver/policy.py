@@ -37,6 +37,7 @@ def _why(exc):
         first = first[:WHY_CHARS - 3] + "..."
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
+
 # the limits a strict retry starts from when the deck has them off: rows linearised where no body turned more
 # than 20 deg, and deep overlaps (beyond 100 overlap_tol) backed off along the step's path
 STRICT_ROTATION_LIMIT = 0.35        # [rad]
