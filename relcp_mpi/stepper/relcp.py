@@ -782,9 +782,9 @@ def _limited_rotation(inp, prm, U_trial, ang, Xt, Qt, pa, pb, cw, sel, wsel, lim
     trial configuration; ``pa, pb`` local indices of the offending pairs, ``cw`` (k, 2) offending (body, wall)
     candidates, ``sel``/``wsel`` their trial geometry; ``limits`` (n_owned,) per-body limits replacing
     ``prm.row_rotation_limit`` (:func:`_body_limits`), or None; ``axis`` (n_owned, 3) the owned bodies' symmetry
-    axes of the trial update (:func:`_symmetry_axes`, contact.drop_axial_torque), or None.  Returns (pair geometry, wall geometry, R_alt) where
-    R_alt = (rotation matrices at Y (m, 3, 3), mask of pair rows taken at Y, mask of those rows where Y turns a
-    body of the pair less than the trial does)."""
+    axes of the trial update (:func:`_symmetry_axes`, contact.drop_axial_torque), or None.  Returns (pair
+    geometry, wall geometry, R_alt) where R_alt = (rotation matrices at Y (m, 3, 3), mask of pair rows taken at
+    Y, mask of those rows where Y turns a body of the pair less than the trial does)."""
     n = inp.n_owned
     lim = prm.row_rotation_limit if limits is None else limits       # float, or (n_owned,) (pinch repairs)
     U_lin = U_trial.copy()
